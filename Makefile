@@ -1,0 +1,54 @@
+# The course's two commands are `make lab` and `make test` (see README.md).
+# Both set everything up first; the second run of either skips what is done.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SANITIZE := tests/nbval_sanitize.cfg
+SOLVED := build/solved
+# Per-cell limit: a safety net only; every notebook runs in well under a minute.
+NBVAL := $(BIN)/python -m pytest -p no:cacheprovider --nbval-lax --nbval-current-env \
+	--nbval-cell-timeout=120 --nbval-sanitize-with $(SANITIZE)
+
+.PHONY: setup lab test test-package test-notebooks test-solved site doctor clean
+
+setup: $(STAMP)
+	@scripts/ensure-dot
+
+# Reinstall only when the dependency files change.
+$(STAMP): pyproject.toml requirements/course.txt
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "autograd-lab needs Python 3.10 or newer; set PYTHON=python3.11 (for example) and run make again.")'
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements/course.txt
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+lab: setup
+	$(BIN)/autograd-lab doctor || true
+	$(BIN)/jupyter lab --notebook-dir=notebooks
+
+test: setup test-package test-notebooks test-solved
+
+test-package: setup
+	$(BIN)/python -m pytest -p no:cacheprovider -n 2 tests
+
+test-notebooks: setup
+	$(NBVAL) -n 2 --dist loadscope notebooks
+
+# Every exercise must be solvable from its own notebook: fill in the reference
+# solutions and run the copies in strict mode, where a failed check raises.
+test-solved: setup
+	rm -rf $(SOLVED)
+	$(BIN)/autograd-lab solve notebooks --out $(SOLVED)
+	AUTOGRAD_LAB_STRICT=1 $(NBVAL) -n 2 --dist loadscope $(SOLVED)
+
+site: setup
+	$(BIN)/python -m autograd_lab.site notebooks --out build/site
+
+doctor: setup
+	$(BIN)/autograd-lab doctor
+
+clean:
+	rm -rf build $(VENV) *.egg-info

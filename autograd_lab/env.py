@@ -1,0 +1,30 @@
+"""Reproducible runs on whatever hardware the student has."""
+
+import random
+
+import torch
+
+
+def seed(value=0):
+    """Seed Python, NumPy (when installed) and torch on every device; return the seed.
+
+    Every notebook calls this in its first code cell so that two runs print the
+    same numbers.
+    """
+    random.seed(value)
+    torch.manual_seed(value)  # also seeds every CUDA device
+    try:
+        import numpy
+    except ImportError:
+        return value
+    numpy.random.seed(value)
+    return value
+
+
+def pick_device():
+    """``torch.device("cuda")`` when a GPU is usable, else CPU.
+
+    Notebooks run everything on CPU and use this only for their optional GPU
+    sections.
+    """
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
