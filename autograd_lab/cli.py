@@ -1,20 +1,36 @@
-"""The ``autograd-lab`` command.  Each subcommand lives in its own module."""
+"""The ``autograd-lab`` command.  Each subcommand's work lives in its own module."""
 
 import argparse
 import sys
+from importlib import import_module
 
 
-def _doctor(args):
-    from autograd_lab import doctor
-
-    return doctor.main(args)
+def _runner(module_name):
+    """Import the subcommand's module only when it runs, so ``doctor`` works even if torch is broken."""
+    def run(args):
+        return import_module(module_name).main(args)
+    return run
 
 
 def build_parser():
     parser = argparse.ArgumentParser(prog="autograd-lab", description="Tools for the autograd-lab course.")
     commands = parser.add_subparsers(dest="command", required=True)
+
     doctor = commands.add_parser("doctor", help="check that this machine is ready for the course")
-    doctor.set_defaults(run=_doctor)
+    doctor.set_defaults(run=_runner("autograd_lab.doctor"))
+
+    solve = commands.add_parser("solve", help="write copies of notebooks with every exercise solved")
+    solve.add_argument("notebooks", nargs="+", help="notebook files or folders")
+    solve.add_argument("--out", required=True, help="folder for the solved copies")
+    solve.set_defaults(run=_runner("autograd_lab.solve"))
+
+    grade = commands.add_parser("grade", help="grade student submissions in batch")
+    grade.add_argument("submissions", nargs="+", help="submitted .ipynb files or folders of them")
+    grade.add_argument("--out", required=True, help="folder for the per-student JSON, gradebook and reports")
+    grade.add_argument("--jobs", type=int, default=2, help="submissions graded in parallel (default 2)")
+    grade.add_argument("--cell-timeout", type=float, default=60, help="seconds per notebook cell (default 60)")
+    grade.add_argument("--no-progress", action="store_true", help="do not draw the progress bar")
+    grade.set_defaults(run=_runner("autograd_lab.grading"))
     return parser
 
 
