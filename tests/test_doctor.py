@@ -1,0 +1,45 @@
+import subprocess
+import sys
+
+from autograd_lab import doctor
+from autograd_lab.cli import main
+
+
+def test_doctor_passes_on_the_course_machine(capsys):
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    for name in ("python", "torch", "jupyterlab", "nbval", "graphviz dot", "cuda", "cpu amp"):
+        assert name in out
+    assert "Ready for the course." in out
+
+
+def test_missing_dot_is_a_required_problem_with_a_fix(monkeypatch):
+    monkeypatch.setattr(doctor.shutil, "which", lambda name: None)
+    finding = doctor.check_dot()
+    assert not finding.ok and finding.required
+    assert "graphviz" in finding.fix and "install" in finding.fix
+
+
+def test_exit_status_is_non_zero_when_something_required_fails(monkeypatch, capsys):
+    monkeypatch.setattr(doctor, "check_dot",
+                        lambda: doctor.Finding("graphviz dot", False, "not found", fix="install it"))
+    assert doctor.main() == 1
+    out = capsys.readouterr().out
+    assert "XX  graphviz dot" in out and "fix: install it" in out
+    assert "1 problem(s) to fix" in out
+
+
+def test_missing_gpu_is_information_not_a_failure():
+    finding = doctor.check_cuda()
+    assert not finding.required
+
+
+def test_missing_package_names_the_fix(monkeypatch):
+    finding = doctor.check_package("surely-not-installed-package", "Something")
+    assert not finding.ok and "make setup" in finding.fix
+
+
+def test_console_script_runs_doctor():
+    result = subprocess.run([sys.executable, "-m", "autograd_lab.cli", "doctor"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -1,0 +1,70 @@
+import torch
+import torch.nn as nn
+
+from autograd_lab.memory import memory_breakdown, optimizer_state_bytes, saved_tensors, tensor_bytes
+
+
+def mlp(depth, width=32):
+    return nn.Sequential(*[nn.Sequential(nn.Linear(width, width), nn.Tanh()) for _ in range(depth)])
+
+
+def test_linear_tanh_stack_saves_one_activation_per_block_plus_input():
+    # Linear saves its input, Tanh its output; a block's output is the next block's
+    # input, so a stack of n blocks holds n + 1 distinct activations.
+    for depth in (1, 3, 6):
+        model = mlp(depth)
+        with saved_tensors(exclude=model.parameters()) as saved:
+            model(torch.randn(8, 32))
+        assert saved.count == depth + 1
+        assert saved.nbytes == (depth + 1) * 8 * 32 * 4
+
+
+def test_parameters_count_unless_excluded():
+    model = nn.Linear(4, 3)
+    with saved_tensors() as saved:
+        model(torch.randn(2, 4))
+    assert saved.count == 1  # the input, for the weight's gradient
+    with saved_tensors() as saved:
+        model(torch.randn(2, 4, requires_grad=True))
+    # Now the input needs a gradient too, and that one needs the weight.
+    assert {t.shape for t in saved.tensors} == {(2, 4), (3, 4)}
+    with saved_tensors(exclude=model.parameters()) as saved:
+        model(torch.randn(2, 4, requires_grad=True))
+    assert [t.shape for t in saved.tensors] == [(2, 4)]
+
+
+def test_repeated_saves_of_one_tensor_count_once():
+    x = torch.randn(5, requires_grad=True)
+    with saved_tensors() as saved:
+        x * x
+    assert saved.saves == 2
+    assert saved.count == 1
+    assert saved.nbytes == 5 * 4
+
+
+def test_no_grad_saves_nothing():
+    model = mlp(2)
+    with torch.no_grad(), saved_tensors() as saved:
+        model(torch.randn(4, 32))
+    assert saved.count == 0 and saved.nbytes == 0
+
+
+def test_memory_breakdown_counts_grads_only_when_set():
+    model = nn.Linear(10, 10)
+    optimizer = torch.optim.Adam(model.parameters())
+    with saved_tensors(exclude=model.parameters()) as saved:
+        loss = model(torch.randn(3, 10)).sum()
+    before = memory_breakdown(model, optimizer, saved)
+    assert before == {"params": 440, "grads": 0, "optimizer_state": 0, "saved_activations": 120}
+    loss.backward()
+    optimizer.step()
+    after = memory_breakdown(model, optimizer, saved)
+    assert after["grads"] == 440
+    # Adam keeps two moments per parameter plus a scalar step count per tensor.
+    assert after["optimizer_state"] == optimizer_state_bytes(optimizer) == 2 * 440 + 2 * 4
+    optimizer.zero_grad()  # set_to_none=True frees the gradients
+    assert memory_breakdown(model)["grads"] == 0
+
+
+def test_tensor_bytes_skips_none():
+    assert tensor_bytes([torch.zeros(3, dtype=torch.float64), None]) == 24
