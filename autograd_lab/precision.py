@@ -1,0 +1,80 @@
+"""Where low-precision floats run out, measured on real values.
+
+Mixed precision fails in two directions: small gradients *flush to zero*
+below a format's smallest subnormal, and large ones *overflow to inf* above
+its maximum. Loss scaling multiplies everything by one factor to move the
+values between the two limits. ``cast_fate`` counts what a cast would do::
+
+    fate = cast_fate(grads, torch.float16, scale=2.0 ** 10)
+    fate.flushed_fraction, fate.overflow_fraction
+
+Note that ``torch.finfo(dtype).tiny`` is the smallest *normal* number; the
+smallest subnormal, where values really become zero, is ``tiny * eps``.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+
+def smallest_subnormal(dtype):
+    """The smallest positive value ``dtype`` can hold: ``finfo.tiny * finfo.eps`` (2^-24 for float16)."""
+    info = torch.finfo(dtype)
+    return info.tiny * info.eps
+
+
+@dataclass(frozen=True)
+class CastFate:
+    """What casting ``total`` values (times ``scale``) to ``dtype`` does to them."""
+
+    dtype: torch.dtype
+    scale: float
+    total: int
+    zeros: int       # already exactly zero before the cast: nothing to lose
+    flushed: int     # non-zero before, zero after: information lost to underflow
+    overflowed: int  # finite before, inf after
+
+    @property
+    def flushed_fraction(self):
+        return self.flushed / self.total
+
+    @property
+    def overflow_fraction(self):
+        return self.overflowed / self.total
+
+    @property
+    def zero_fraction(self):
+        return self.zeros / self.total
+
+
+def _as_flat_float32(values):
+    if torch.is_tensor(values):
+        values = [values]
+    tensors = [v.detach().reshape(-1).to(torch.float32) for v in values if v is not None]
+    if not tensors:
+        raise ValueError("cast_fate needs at least one tensor of values (got none): pass the gradients to count.")
+    return torch.cat(tensors)
+
+
+def cast_fate(values, dtype=torch.float16, scale=1.0):
+    """Count the values that would flush to zero or overflow when ``values * scale`` is cast to ``dtype``.
+
+    ``values``: a tensor or an iterable of tensors (``None`` entries, such as
+    missing gradients, are skipped). The product is taken in float64 so that
+    the scaling itself never rounds.
+    """
+    if not torch.finfo(dtype).bits < 32:
+        raise ValueError(f"cast_fate compares against a low-precision format; got {dtype}. Use torch.float16 or torch.bfloat16.")
+    if not scale > 0:
+        raise ValueError(f"scale must be a positive number, got {scale!r}.")
+    flat = _as_flat_float32(values).to(torch.float64)
+    scaled = flat * scale
+    cast = scaled.to(dtype)
+    return CastFate(
+        dtype=dtype,
+        scale=float(scale),
+        total=flat.numel(),
+        zeros=int((flat == 0).sum()),
+        flushed=int(((cast == 0) & (flat != 0)).sum()),
+        overflowed=int((cast.isinf() & scaled.isfinite()).sum()),
+    )
