@@ -1,0 +1,99 @@
+"""The three ways to install the course must agree, and CI must run what the README says."""
+
+import configparser
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+TEST_ONLY = {"pytest", "pytest-xdist", "pyyaml"}
+
+
+def requirement_name(spec):
+    return re.split(r"[<>=!~\[ ;]", spec.strip(), maxsplit=1)[0].lower()
+
+
+def course_pins():
+    lines = (ROOT / "requirements" / "course.txt").read_text().splitlines()
+    specs = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    return {requirement_name(spec): spec for spec in specs}
+
+
+def pyproject():
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def conda_environment():
+    return yaml.safe_load((ROOT / "environment.yml").read_text())
+
+
+def conda_pip_section():
+    deps = conda_environment()["dependencies"]
+    return next(d["pip"] for d in deps if isinstance(d, dict) and "pip" in d)
+
+
+def test_every_course_pin_is_exact():
+    for name, spec in course_pins().items():
+        assert "==" in spec, f"{spec} in requirements/course.txt is not pinned"
+    assert course_pins()["torch"] == "torch==2.13.0"
+
+
+def test_pyproject_and_course_pins_name_the_same_packages():
+    project = pyproject()["project"]
+    library = {requirement_name(s) for s in project["dependencies"]}
+    test_extra = {requirement_name(s) for s in project["optional-dependencies"]["test"]}
+    assert library | test_extra == set(course_pins())
+    assert test_extra == TEST_ONLY
+
+
+def test_pyproject_gives_ranges_and_the_fixed_names():
+    project = pyproject()["project"]
+    assert project["name"] == "autograd-lab"
+    assert project["requires-python"] == ">=3.10"
+    assert "torch>=2.3" in project["dependencies"]
+    assert project["scripts"]["autograd-lab"] == "autograd_lab.cli:main"
+
+
+def test_conda_environment_matches_the_pip_path():
+    pip_section = conda_pip_section()
+    assert "-e ." in pip_section
+    conda_pins = {requirement_name(s): s for s in pip_section if s != "-e ."}
+    assert conda_pins == course_pins()
+
+
+def test_conda_environment_brings_the_dot_binary():
+    deps = conda_environment()["dependencies"]
+    assert "conda-forge" in conda_environment()["channels"]
+    assert "graphviz" in deps  # conda-forge's graphviz is the binary, not the Python wrapper
+    assert any(str(d).startswith("python") for d in deps)
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "make test" in readme and "make lab" in readme
+    assert re.search(r"^make test$", ci, re.MULTILINE)
+
+
+def test_makefile_has_the_documented_targets():
+    makefile = (ROOT / "Makefile").read_text()
+    for target in ("setup", "lab", "test", "site", "doctor"):
+        assert re.search(rf"^{target}:", makefile, re.MULTILINE), target
+
+
+def test_nbval_sanitize_file_is_well_formed():
+    # nbval silently ignores a malformed sanitize file, so parse it ourselves.
+    parser = configparser.ConfigParser()
+    parser.read(ROOT / "tests" / "nbval_sanitize.cfg")
+    assert parser.sections(), "no sections parsed"
+    rules = [(re.compile(parser[s]["regex"]), parser[s]["replace"]) for s in parser.sections()]
+
+    def sanitize(text):
+        for pattern, replacement in rules:
+            text = pattern.sub(replacement, text)
+        return text
+
+    assert sanitize("<MulBackward0 object at 0x7f12ab34cd56>") == "<MulBackward0 object at 0xADDRESS>"
+    assert sanitize('File /tmp/ipykernel_4242/123456.py:3') == "File IPYKERNEL_CELL:3"
