@@ -1,0 +1,112 @@
+"""Run answer code without letting it change the student's session.
+
+``isolated(seed)`` forks the RNGs and seeds them, starts from grad mode on,
+float32 default dtype, anomaly mode off and inference mode off, and restores the
+caller's settings afterwards.  Warnings and anything written to stderr are
+captured (nbgrader scores a cell that writes to stderr as zero; we put them in
+the result instead).
+
+``deadline(seconds)`` interrupts code that runs too long.  It uses ``SIGALRM``,
+which only exists on POSIX and only works in the main thread: elsewhere (Windows,
+a worker thread) the check runs without a time limit, and ``deadline.supported``
+says so.  Code stuck inside one long C++ call is interrupted when that call
+returns to Python.
+"""
+
+import contextlib
+import io
+import random
+import signal
+import threading
+import warnings
+
+import torch
+
+from .records import clean_text
+
+
+class TimedOut(BaseException):
+    """Raised inside answer code when its time is up.
+
+    A ``BaseException`` so that a student's ``except Exception`` cannot swallow it;
+    the timer also re-fires every 50 ms until the check regains control, which
+    defeats a bare ``except:`` inside a loop.
+    """
+
+
+class deadline:
+    """Context manager: raise ``TimedOut`` in the running code after ``seconds``."""
+
+    _REFIRE = 0.05
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+        self.supported = (seconds is not None and hasattr(signal, "SIGALRM")
+                          and threading.current_thread() is threading.main_thread())
+        self._active = False
+
+    def _fire(self, signum, frame):
+        if self._active:
+            raise TimedOut()
+
+    def stop(self):
+        """Call as soon as the timed code returns, so a late alarm is ignored."""
+        self._active = False
+
+    def __enter__(self):
+        if self.supported:
+            self._previous = signal.signal(signal.SIGALRM, self._fire)
+            self._active = True
+            signal.setitimer(signal.ITIMER_REAL, max(self.seconds, 0.001), self._REFIRE)
+        return self
+
+    def __exit__(self, *exc_info):
+        self._active = False
+        if self.supported:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._previous)
+        return False
+
+
+class isolated:
+    """Context manager around one call of answer code; see the module docstring.
+
+    After the block, ``warnings`` holds the captured warnings and stderr text as
+    clean strings, and ``grad_enabled_after`` the grad mode the code left behind.
+    """
+
+    def __init__(self, seed):
+        self.seed = seed
+        self.warnings = []
+        self.grad_enabled_after = True
+
+    def __enter__(self):
+        self._saved = (torch.is_grad_enabled(), torch.get_default_dtype(),
+                       torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled(),
+                       random.getstate())
+        self._stack = contextlib.ExitStack()
+        self._stack.enter_context(torch.random.fork_rng(devices=[]))
+        self._stack.enter_context(torch.inference_mode(False))
+        self._caught = self._stack.enter_context(warnings.catch_warnings(record=True))
+        warnings.simplefilter("always")
+        self._stderr = io.StringIO()
+        self._stack.enter_context(contextlib.redirect_stderr(self._stderr))
+        torch.manual_seed(self.seed)
+        random.seed(self.seed)
+        torch.set_grad_enabled(True)
+        torch.set_default_dtype(torch.float32)
+        torch.set_anomaly_enabled(False)
+        return self
+
+    def __exit__(self, *exc_info):
+        self.grad_enabled_after = torch.is_grad_enabled()
+        self._stack.close()
+        grad_enabled, dtype, anomaly, check_nan, python_rng = self._saved
+        torch.set_grad_enabled(grad_enabled)
+        torch.set_default_dtype(dtype)
+        torch.set_anomaly_enabled(anomaly, check_nan)
+        random.setstate(python_rng)
+        self.warnings = [f"{w.category.__name__}: {clean_text(w.message)}" for w in self._caught]
+        if self._stderr.getvalue().strip():
+            self.warnings.append(f"stderr: {clean_text(self._stderr.getvalue())}")
+        return False

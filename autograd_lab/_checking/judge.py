@@ -1,0 +1,232 @@
+"""Turn the records of the student and the reference into a ``Result``.
+
+Each case (one seed) is judged on its own; then the cases are summed up.  A case
+whose seed is one of ``exercise.hidden_seeds`` is a hidden check: its inputs and
+details never reach the feedback, only how many hidden checks passed and the
+misconception tag.
+"""
+
+from dataclasses import dataclass
+
+from .compare import Finding, Tolerance, compare_values
+from .display import Result
+from .records import decode, describe
+
+
+@dataclass(frozen=True)
+class Case:
+    """The verdict on one seed."""
+
+    seed: int
+    hidden: bool
+    status: str          # "passed", "failed", "not attempted", "error", "timed out"
+    finding: object = None
+    inputs: str = ""     # what the case was called with, for public feedback only
+
+    @property
+    def tag(self):
+        return {"not attempted": "not_attempted", "error": "error", "timed out": "timeout"}.get(
+            self.status, self.finding.tag if self.finding else None)
+
+
+def judge(exercise, student_records, reference_records):
+    """The ``Result`` of comparing student and reference records, seed by seed."""
+    seeds = sorted(student_records, key=lambda seed: (exercise.is_hidden(seed), seed))
+    cases = [judge_case(exercise, student_records[seed], _reference(reference_records, seed, exercise))
+             for seed in seeds]
+    warnings = _unique(w for seed in seeds for w in student_records[seed].get("warnings", ()))
+    return summarize(exercise, cases, warnings)
+
+
+def _reference(records, seed, exercise):
+    record = records.get(seed)
+    if record is None:
+        raise KeyError(f"{exercise.id}: no reference record for seed {seed}.")
+    if record["status"] != "ok":
+        raise RuntimeError(f"The reference solution of {exercise.id} does not work on seed {seed} "
+                           f"({record['status']}: {record.get('error')}). Fix it in {exercise.module}.")
+    return record
+
+
+def judge_case(exercise, student, reference):
+    """The verdict on one case: passed, or the first difference found."""
+    status = student["status"]
+    seed, hidden, inputs = student["seed"], exercise.is_hidden(student["seed"]), describe_inputs(reference)
+    if status != "ok":
+        return Case(seed, hidden, status, Finding(status, student.get("error") or ""), inputs)
+    finding = first_difference(exercise, student, reference)
+    if finding is None:
+        return Case(seed, hidden, "passed", None, inputs)
+    return Case(seed, hidden, "failed", _named(exercise, finding, student, reference), inputs)
+
+
+def first_difference(exercise, student, reference):
+    """Compare what ``exercise.compare`` asks for, in a fixed order; the first ``Finding``."""
+    tolerance = Tolerance(exercise.rtol, exercise.atol)
+    where = exercise.answer_name if exercise.kind == "value" else "the returned value"
+    steps = [lambda: compare_values(student["output"], reference["output"], where, tolerance,
+                                    state="state" in exercise.compare)]
+    if "state" in exercise.compare:
+        steps.append(lambda: _compare_grad_mode(student, reference))
+    if "args" in exercise.compare:
+        steps.append(lambda: _compare_args(student, reference, tolerance))
+    if "grad" in exercise.compare:
+        steps.append(lambda: _compare_input_grads(student, reference, tolerance))
+    if exercise.gradcheck:
+        steps.append(lambda: _gradcheck_finding(student))
+    for step in steps:
+        finding = step()
+        if finding:
+            return finding
+    return None
+
+
+def _compare_grad_mode(student, reference):
+    expected, actual = reference["grad_mode_after"], student["grad_mode_after"]
+    if expected == actual:
+        return None
+    return Finding("state", f"grad mode after your function: expected {'on' if expected else 'off'}, "
+                            f"got {'on' if actual else 'off'}. Use `with torch.no_grad():` rather than "
+                            "torch.set_grad_enabled(False), so grad mode comes back by itself.")
+
+
+def _compare_args(student, reference, tolerance):
+    for number, (s, r) in enumerate(zip(student["args_after"], reference["args_after"]), start=1):
+        finding = compare_values(s, r, f"argument {number} after the call", tolerance, grads=True)
+        if finding:
+            return finding
+    return None
+
+
+def _compare_input_grads(student, reference, tolerance):
+    if reference.get("grad_error"):
+        raise RuntimeError(f"the reference's output cannot be backpropagated: {reference['grad_error']}")
+    if student.get("grad_error"):
+        return Finding("none", f"The returned value is not connected to the inputs ({student['grad_error']}): "
+                               "the path from the inputs was detached, or computed under torch.no_grad().")
+    for number, (s, r) in enumerate(zip(student["input_grads"], reference["input_grads"]), start=1):
+        finding = compare_values(s, r, f"the gradient of input {number}", tolerance)
+        if finding:
+            return finding
+    return None
+
+
+def _gradcheck_finding(student):
+    result = student.get("gradcheck") or {"passed": False, "message": "gradcheck did not run"}
+    if result["passed"]:
+        return None
+    return Finding("gradcheck", "torch.autograd.gradcheck (float64, central differences) disagrees "
+                                f"with your backward: {result['message']}")
+
+
+def _named(exercise, finding, student, reference):
+    """An exercise-specific misconception, tried before the built-in one already in ``finding``."""
+    output, expected = decode(student["output"]), decode(reference["output"])
+    args = tuple(decode(arg) for arg in reference["inputs"])
+    detected = [m for m in exercise.misconceptions if _detects(m, output, expected, args)]
+    if not detected:
+        return finding
+    # The first match names the case; the others are told too, since a student may hold several.
+    messages = " ".join(m.message for m in detected)
+    return Finding(detected[0].tag, f"{messages} ({finding.message})")
+
+
+def _detects(misconception, output, expected, args):
+    try:
+        return bool(misconception.detect(output, expected, args))
+    except Exception:  # a detector that cannot handle this answer has not detected anything
+        return False
+
+
+# --- summing up ----------------------------------------------------------------
+
+def summarize(exercise, cases, warnings=()):
+    public = [case for case in cases if not case.hidden]
+    hidden = [case for case in cases if case.hidden]
+    passed = sum(case.status == "passed" for case in cases)
+    status = _overall_status(cases)
+    score = 0 if status == "not attempted" or not cases else exercise.points * passed / len(cases)
+    failing = [case for case in public + hidden if case.status != "passed"]
+    messages = (_not_attempted_messages(exercise) if status == "not attempted"
+                else _failure_messages(public, hidden) + [_counts_line(exercise, public, hidden)])
+    messages += [f"Your code warned: {text}" for text in warnings[:3]]
+    return Result(
+        exercise_id=exercise.id, title=exercise.title, status=status,
+        score=round(score, 2), max_score=exercise.points,
+        misconception=failing[0].tag if failing and status != "not attempted" else (
+            "not_attempted" if status == "not attempted" else None),
+        messages=messages,
+        public_passed=sum(case.status == "passed" for case in public), public_total=len(public),
+        hidden_passed=sum(case.status == "passed" for case in hidden), hidden_total=len(hidden),
+    )
+
+
+def _overall_status(cases):
+    statuses = {case.status for case in cases}
+    if not cases or statuses == {"not attempted"}:
+        return "not attempted"
+    for status in ("timed out", "error", "failed", "not attempted"):
+        if status in statuses:
+            return "failed" if status == "not attempted" else status
+    return "passed"
+
+
+def _not_attempted_messages(exercise):
+    if exercise.kind == "value":
+        return [f"Not attempted yet: replace the ... in `{exercise.answer_name} = ...` with your answer, "
+                "then run this cell again."]
+    return [f"Not attempted yet: replace `raise NotImplementedError` in `{exercise.answer_name}` "
+            "with your code, then run this cell again."]
+
+
+def _failure_messages(public, hidden):
+    messages, tags_shown = [], set()
+    for number, case in enumerate(public, start=1):
+        if case.status == "passed" or case.tag in tags_shown:
+            continue
+        tags_shown.add(case.tag)
+        on = f" (on {case.inputs})" if case.inputs else ""
+        prefix = f"Check {number} of {len(public)}{on}: " if len(public) > 1 else ""
+        messages.append(prefix + _case_message(case))
+    failed_hidden = [case for case in hidden if case.status != "passed"]
+    if failed_hidden:
+        tags = ", ".join(sorted({case.tag for case in failed_hidden}))
+        messages.append(f"{len(failed_hidden)} of {len(hidden)} hidden checks failed ({tags}). Hidden checks "
+                        "use other seeds and shapes; their inputs are not shown.")
+    return messages
+
+
+def _case_message(case):
+    if case.status == "timed out":
+        return "your code ran past the time limit (an endless loop?) and was stopped."
+    if case.status == "error":
+        return f"your code raised {case.finding.message}"
+    if case.status == "not attempted":
+        return "your code still raises NotImplementedError on this case."
+    return case.finding.message
+
+
+def _counts_line(exercise, public, hidden):
+    passed = sum(case.status == "passed" for case in public)
+    noun = "check" if len(public) == 1 else "checks"
+    line = (f"{len(public)} public {noun} passed" if passed == len(public)
+            else f"{passed} of {len(public)} public {noun} passed")
+    if hidden:
+        hidden_passed = sum(case.status == "passed" for case in hidden)
+        return f"{line}; {hidden_passed} of {len(hidden)} hidden checks passed."
+    if exercise.hidden_seeds:
+        return f"{line}; hidden checks run when graded."
+    return f"{line}."
+
+
+def _unique(items):
+    seen = []
+    for item in items:
+        if item not in seen:
+            seen.append(item)
+    return seen
+
+
+def describe_inputs(record):
+    """``a tensor of shape (4,), float64``: what a public case was called with."""
+    return ", ".join(describe(arg) for arg in record.get("inputs", ()))

@@ -1,0 +1,228 @@
+"""The exercise definition and the registry that maps ids to exercises.
+
+Exercises are defined once, in ``autograd_lab/solutions/nbNN_*.py``; those modules
+are imported on first use of the registry, so a new notebook's exercises are
+found without editing anything here.
+"""
+
+import importlib
+import os
+import pkgutil
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+SOLUTIONS_PACKAGE = "autograd_lab.solutions"
+COMPARE_KINDS = ("value", "state", "args", "grad")
+KINDS = ("function", "value")
+_ID_PATTERN = re.compile(r"^\d\d\.[a-z][a-z0-9_]*$")
+_DEFAULT_SEEDS = {"function": ((0, 1, 2), (101, 102, 103)), "value": ((0,), ())}
+
+
+@dataclass(frozen=True)
+class WrongAnswer:
+    """A known-wrong answer and the misconception tag it must be reported as.
+
+    ``answer`` is a function for function exercises and a value for value exercises.
+    """
+
+    answer: Any
+    expect: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Misconception:
+    """An exercise-specific mistake: ``detect(student, reference, args) -> bool``.
+
+    ``detect`` sees the student's and the reference's outputs as plain values
+    (tensors detached on the CPU) and the case's inputs; it is tried on every
+    failing case before the built-in detectors.  A detector that raises counts as
+    "not detected".
+    """
+
+    tag: str
+    message: str
+    detect: Callable[[Any, Any, tuple], bool]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Exercise:
+    """One exercise; see ``docs/authoring-exercises.md`` for every field."""
+
+    id: str
+    title: str
+    answer_name: str
+    reference: Callable
+    kind: str = "function"
+    inputs: Optional[Callable[[int, bool], tuple]] = None
+    public_seeds: Optional[tuple] = None
+    hidden_seeds: Optional[tuple] = None
+    points: float = 1
+    hints: tuple = ()
+    compare: tuple = ("value",)
+    gradcheck: bool = False
+    rtol: Optional[float] = None
+    atol: Optional[float] = None
+    misconceptions: tuple = ()
+    wrong_answers: tuple = ()
+    solution_code: Optional[str] = None
+    setup: Optional[Callable[[], dict]] = None
+    module: str = field(default="", compare=False)
+
+    def __post_init__(self):
+        _validate(self)
+        public, hidden = _DEFAULT_SEEDS[self.kind]
+        # Frozen dataclass: defaults that depend on ``kind`` are filled in here.
+        if self.public_seeds is None:
+            object.__setattr__(self, "public_seeds", public)
+        if self.hidden_seeds is None:
+            object.__setattr__(self, "hidden_seeds", hidden)
+        for name in ("public_seeds", "hidden_seeds", "hints", "compare", "misconceptions", "wrong_answers"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        if set(self.public_seeds) & set(self.hidden_seeds):
+            raise ValueError(f"Exercise {self.id}: a seed cannot be both public and hidden; "
+                             f"got public {self.public_seeds} and hidden {self.hidden_seeds}.")
+
+    def is_hidden(self, seed):
+        return seed in self.hidden_seeds
+
+
+def _validate(exercise):
+    """Reject a malformed definition with a message that says how to fix it."""
+    where = f"Exercise {exercise.id!r}"
+    if not isinstance(exercise.id, str) or not _ID_PATTERN.match(exercise.id):
+        raise ValueError(f"{where}: the id must look like '03.accumulate' "
+                         "(two-digit notebook number, a dot, a lowercase name).")
+    if exercise.kind not in KINDS:
+        raise ValueError(f"{where}: kind must be one of {KINDS}, got {exercise.kind!r}.")
+    if not exercise.answer_name.isidentifier():
+        raise ValueError(f"{where}: answer_name must be a Python name, got {exercise.answer_name!r}.")
+    if not callable(exercise.reference):
+        raise TypeError(f"{where}: reference must be callable (for value exercises, a "
+                        "zero-argument function returning the expected value).")
+    if exercise.kind == "function" and not callable(exercise.inputs):
+        raise TypeError(f"{where}: function exercises need inputs=(seed, hidden) -> tuple of arguments.")
+    if exercise.kind == "value" and exercise.solution_code is None:
+        raise ValueError(f"{where}: value exercises need solution_code, for example "
+                         f"\"{exercise.answer_name} = ...\", for `autograd-lab solve`.")
+    unknown = [kind for kind in exercise.compare if kind not in COMPARE_KINDS]
+    if unknown or not exercise.compare:
+        raise ValueError(f"{where}: compare must be a non-empty tuple drawn from {COMPARE_KINDS}; got {exercise.compare!r}.")
+    if isinstance(exercise.hints, str) or not all(isinstance(h, str) for h in exercise.hints):
+        raise TypeError(f"{where}: hints must be a tuple of strings.")
+    if not exercise.points > 0:
+        raise ValueError(f"{where}: points must be positive, got {exercise.points!r}.")
+    for item in exercise.wrong_answers:
+        if not isinstance(item, WrongAnswer):
+            raise TypeError(f"{where}: wrong_answers must hold WrongAnswer(...) items, got {type(item).__name__}.")
+    for item in exercise.misconceptions:
+        if not isinstance(item, Misconception):
+            raise TypeError(f"{where}: misconceptions must hold Misconception(...) items, got {type(item).__name__}.")
+
+
+_REGISTRY = {}
+_loaded = False
+
+
+def register(exercise):
+    """Add ``exercise`` to the registry and return it.
+
+    Registering the same id again from the same module (a reload) replaces the old
+    definition; the same id from another module is a mistake and raises.
+    """
+    if not isinstance(exercise, Exercise):
+        raise TypeError(f"register() takes an Exercise, got {type(exercise).__name__}.")
+    module = _caller_module()
+    object.__setattr__(exercise, "module", module)
+    previous = _REGISTRY.get(exercise.id)
+    if previous is not None and previous.module != module:
+        raise ValueError(f"Exercise id {exercise.id!r} is defined twice: in {previous.module} and in "
+                         f"{module}. Give one of them another name.")
+    _REGISTRY[exercise.id] = exercise
+    return exercise
+
+
+def _caller_module():
+    frame = sys._getframe(2)  # register() <- the defining module
+    return frame.f_globals.get("__name__", "?")
+
+
+def get(exercise_id):
+    """The exercise registered under ``exercise_id``; loads every solutions module first."""
+    load_all()
+    try:
+        return _REGISTRY[exercise_id]
+    except KeyError:
+        known = ", ".join(sorted(_REGISTRY)) or "none"
+        raise KeyError(f"No exercise with id {exercise_id!r}. Check the spelling; "
+                       f"registered exercises: {known}.") from None
+
+
+def all_exercises():
+    """Every registered exercise, sorted by id."""
+    load_all()
+    return [_REGISTRY[key] for key in sorted(_REGISTRY)]
+
+
+def load_all():
+    """Import every ``autograd_lab.solutions`` module once (each registers its exercises)."""
+    global _loaded
+    if _loaded:
+        return
+    with _solutions_unblocked():
+        package = importlib.import_module(SOLUTIONS_PACKAGE)
+        for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+            if not info.name.startswith("_"):
+                importlib.import_module(f"{SOLUTIONS_PACKAGE}.{info.name}")
+    _loaded = True
+    if grading_mode():
+        _hide_solution_modules()
+
+
+# --- graded mode -----------------------------------------------------------
+
+def grading_mode():
+    """True when the batch grader runs this kernel (``AUTOGRAD_LAB_GRADING=1``)."""
+    return os.environ.get("AUTOGRAD_LAB_GRADING", "").strip().lower() not in ("", "0", "false", "no")
+
+
+class _SolutionsBlocker:
+    """A meta-path finder that refuses ``import autograd_lab.solutions`` from student code.
+
+    Only a speed bump: the registry itself still holds the references, which is
+    why the batch grader judges answers in its own process, never in the kernel.
+    """
+
+    bypass = False
+
+    def find_spec(self, name, path=None, target=None):
+        if self.bypass or not (name == SOLUTIONS_PACKAGE or name.startswith(SOLUTIONS_PACKAGE + ".")):
+            return None
+        raise ImportError(f"{name} is not available while an assignment is being graded.")
+
+
+_BLOCKER = _SolutionsBlocker()
+
+
+class _solutions_unblocked:
+    def __enter__(self):
+        _BLOCKER.bypass = True
+
+    def __exit__(self, *exc_info):
+        _BLOCKER.bypass = False
+
+
+def _hide_solution_modules():
+    for name in [n for n in sys.modules if n == SOLUTIONS_PACKAGE or n.startswith(SOLUTIONS_PACKAGE + ".")]:
+        del sys.modules[name]
+    parent = sys.modules.get("autograd_lab")
+    if parent is not None and "solutions" in vars(parent):
+        delattr(parent, "solutions")
+
+
+def install_grading_guard():
+    """In graded mode, put the import blocker first on ``sys.meta_path`` (idempotent)."""
+    if grading_mode() and _BLOCKER not in sys.meta_path:
+        sys.meta_path.insert(0, _BLOCKER)
