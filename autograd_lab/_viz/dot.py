@@ -1,0 +1,148 @@
+"""DOT source for a ``Model``: colour-blind-safe styling, clusters, legend.
+
+Colours come from the Okabe-Ito palette, and every colour is paired with a shape
+or a line style, so the picture still reads in grey scale.
+"""
+
+# Okabe & Ito (2008), "Color Universal Design".
+ORANGE, SKY_BLUE, GREEN, YELLOW, BLUE, VERMILLION, PURPLE = (
+    "#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7")
+
+KIND_STYLE = {
+    "op": {"shape": "box", "style": "rounded,filled", "fillcolor": "#EEEEEE"},
+    "leaf": {"shape": "box", "style": "filled", "fillcolor": SKY_BLUE},
+    "tensor": {"shape": "box", "style": "filled", "fillcolor": YELLOW},
+    "constant": {"shape": "box", "style": "dashed", "color": "#777777", "fontcolor": "#444444"},
+    "saved": {"shape": "note", "style": "filled", "fillcolor": ORANGE},
+    "summary": {"shape": "folder", "style": "filled", "fillcolor": "#FFFFFF"},
+}
+STATE_STYLE = {
+    "stale": {"color": VERMILLION, "penwidth": "3"},
+    "freed": {"style": "dashed,rounded", "fontcolor": "#555555"},
+}
+MARK_STYLE = {
+    "current": {"style": "filled,bold", "fillcolor": PURPLE, "penwidth": "3"},
+    "only_a": {"color": VERMILLION, "penwidth": "3", "style": "filled,bold", "fillcolor": "#F6C9A8"},
+    "only_b": {"color": BLUE, "penwidth": "3", "style": "filled,bold", "fillcolor": "#B9D9F0"},
+}
+STEP_STYLE = {"color": BLUE, "penwidth": "2"}
+
+# (kind, feature, text): feature is a state, a mark or "step"; None for the plain kind.
+LEGEND = [
+    ("op", None, "op node (grad_fn)\nname, output shape"),
+    ("leaf", None, "leaf that requires grad\n.grad after backward"),
+    ("tensor", None, "output tensor (a root)"),
+    ("constant", None, "tensor that needs no grad\n(constant, detached)"),
+    ("saved", None, "tensor saved for backward"),
+    ("summary", None, "nodes left out (max_nodes)\nor a collapsed module"),
+    ("op", "stale", "STALE: saved tensor modified\nin place; backward will fail"),
+    ("op", "freed", "saved tensors freed by a\nbackward without retain_graph"),
+    ("op", "step", "executed by backward\n#k = execution order"),
+    ("op", "current", "step being executed"),
+    ("op", "only_a", "only in the first graph"),
+    ("op", "only_b", "only in the second graph"),
+]
+
+GRAPH_ATTRS = ('  graph [fontname="Helvetica" fontsize=10 ranksep=0.3 nodesep=0.25]\n'
+               '  node [fontname="Helvetica" fontsize=10 height=0.3 margin="0.08,0.04"]\n'
+               '  edge [fontname="Helvetica" fontsize=9 arrowsize=0.6]\n')
+
+
+def quote(text):
+    escaped = str(text).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'
+
+
+def attrs(mapping):
+    return " ".join(f"{key}={quote(value)}" for key, value in mapping.items())
+
+
+def node_style(kind, state=None, mark=None, step=None):
+    style = dict(KIND_STYLE[kind])
+    style.update(STATE_STYLE.get(state, {}))
+    if step is not None:
+        style.update(STEP_STYLE)
+    style.update(MARK_STYLE.get(mark, {}))
+    return style
+
+
+def node_line(node, indent="  "):
+    style = node_style(node.kind, node.state, node.mark, node.step)
+    label = node.label if node.step is None else f"#{node.step} {node.label}"
+    return f"{indent}{node.id} [label={quote(label)} {attrs(style)}]\n"
+
+
+def edge_line(src, dst, kind, label):
+    style = {}
+    if kind == "saved":
+        style = {"style": "dashed", "color": ORANGE, "arrowhead": "none"}
+    elif kind == "view":
+        style = {"style": "dotted"}
+    if label:
+        style["label"] = label
+        style["fontcolor"] = BLUE
+    return f"  {src} -> {dst}" + (f" [{attrs(style)}]" if style else "") + "\n"
+
+
+def to_dot(model, legend=False, title=None):
+    parts = ["digraph autograd {\n", GRAPH_ATTRS]
+    if title:
+        parts.append(f"  label={quote(title)} labelloc=t\n")
+    parts += _clustered_nodes(model)
+    for src, dst in model.edges:
+        parts.append(edge_line(src, dst, model.edge_kinds.get((src, dst)), model.edge_labels.get((src, dst))))
+    if legend:
+        parts += legend_lines(model)
+    parts.append("}\n")
+    return "".join(parts)
+
+
+def _clustered_nodes(model):
+    """Nodes, with those that share a cluster path nested in ``subgraph cluster_*`` blocks."""
+    tree = {}   # path prefix -> child prefixes, in first-seen order
+    members = {}
+    loose = []
+    for node in model.nodes:
+        if not node.cluster:
+            loose.append(node_line(node))
+            continue
+        members.setdefault(node.cluster, []).append(node)
+        for depth in range(1, len(node.cluster) + 1):
+            parent, child = node.cluster[:depth - 1], node.cluster[:depth]
+            tree.setdefault(parent, {})[child] = None
+    lines = list(loose)
+    stack = [(path, 1) for path in reversed(list(tree.get((), {})))]
+    counter = 0
+    while stack:   # iterative: nesting depth is the module depth, but keep to one style
+        path, depth = stack.pop()
+        if path is None:
+            lines.append("  " * depth + "}\n")
+            continue
+        counter += 1
+        pad = "  " * depth
+        title = model.cluster_labels.get(path, path[-1])
+        lines.append(f"{pad}subgraph cluster_{counter} {{\n{pad}  label={quote(title)} "
+                     f'style="rounded,dashed" color="#999999" fontcolor="#555555"\n')
+        lines += [node_line(n, pad + "  ") for n in members.get(path, [])]
+        stack.append((None, depth))
+        stack += [(child, depth + 1) for child in reversed(list(tree.get(path, {})))]
+    return lines
+
+
+def legend_lines(model):
+    """A legend cluster with one sample per style the picture actually uses."""
+    present = {n.kind for n in model.nodes} | {n.state for n in model.nodes} | {n.mark for n in model.nodes}
+    if any(n.step is not None for n in model.nodes):
+        present.add("step")
+    lines = ['  subgraph cluster_legend {\n    label="legend" style="rounded" color="#999999"\n']
+    previous = None
+    for i, (kind, feature, text) in enumerate(LEGEND):
+        if (feature or kind) not in present:
+            continue
+        style = node_style(kind, state=feature, mark=feature, step=1 if feature == "step" else None)
+        lines.append(f"    legend_{i} [label={quote(text)} {attrs(style)}]\n")
+        if previous:  # invisible edges stack the samples in one column
+            lines.append(f"    {previous} -> legend_{i} [style=invis]\n")
+        previous = f"legend_{i}"
+    lines.append("  }\n")
+    return lines

@@ -1,0 +1,176 @@
+"""Record a backward pass with hooks: execution order, gradients on edges, accumulations.
+
+``record_backward`` registers a pre-hook and a hook on every node of the graph,
+runs ``torch.autograd.backward`` and removes the hooks again, even on error.
+``Trace`` then turns the records into names, node ids and one frame per step.
+"""
+
+import html
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+
+from . import describe
+from .layout import LayoutError
+from .walk import truncate
+
+MAX_STATIC_FRAMES = 40
+
+
+@dataclass
+class Record:
+    """What the engine did, still in terms of grad_fn objects (dropped once ``Trace`` is built)."""
+
+    order: list = field(default_factory=list)          # grad_fn, in execution order
+    accumulations: list = field(default_factory=list)  # (AccumulateGrad, gradient)
+    flows: list = field(default_factory=list)          # (step, grad_fn, input number, next grad_fn, gradient)
+
+
+def _all_nodes(tensors):
+    seen, stack = {}, [t.grad_fn for t in tensors if t.grad_fn is not None]
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen[fn] = None
+        stack += [next_fn for next_fn, _ in fn.next_functions]
+    return list(seen)
+
+
+def _snapshot(grad):
+    return None if grad is None else grad.detach().clone()
+
+
+def _hooks_for(fn, record):
+    def before(grad_outputs):
+        record.order.append(fn)
+        if type(fn).__name__ == "AccumulateGrad":
+            record.accumulations.append((fn, _snapshot(grad_outputs[0])))
+
+    def after(grad_inputs, grad_outputs):
+        step = len(record.order)
+        for i, (next_fn, _) in enumerate(fn.next_functions):
+            if next_fn is not None and i < len(grad_inputs) and grad_inputs[i] is not None:
+                record.flows.append((step, fn, i, next_fn, _snapshot(grad_inputs[i])))
+
+    return before, after
+
+
+def record_backward(tensors, gradient=None, retain_graph=None, create_graph=False):
+    for t in tensors:
+        if t.grad_fn is None and not t.requires_grad:
+            raise RuntimeError(
+                "trace_backward() needs a tensor with a graph: this one has no grad_fn and does not "
+                "require grad. Set requires_grad=True on an input before the forward pass."
+            )
+    if isinstance(gradient, torch.Tensor):
+        gradient = [gradient]
+    record, handles = Record(), []
+    try:
+        for fn in _all_nodes(tensors):
+            before, after = _hooks_for(fn, record)
+            handles += [fn.register_prehook(before), fn.register_hook(after)]
+        _backward(tensors, gradient, retain_graph, create_graph)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return record
+
+
+def _backward(tensors, gradient, retain_graph, create_graph):
+    if not create_graph:
+        torch.autograd.backward(tensors, grad_tensors=gradient, retain_graph=retain_graph)
+        return
+    # Anomaly mode makes the engine tag each node it creates with its parent
+    # (metadata["parent_"]), which is how draw() groups a double-backward graph.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        with torch.autograd.detect_anomaly(check_nan=False):
+            torch.autograd.backward(tensors, grad_tensors=gradient, retain_graph=retain_graph,
+                                    create_graph=True)
+
+
+class Trace:
+    """The recorded backward: ``order``, ``accumulations``, ``edge_grads``, ``frames``, ``graph``."""
+
+    def __init__(self, record, result, names, graph_factory, truncate_to=None):
+        model = result.model
+        self._graph_factory = graph_factory
+        self._truncate_to = truncate_to
+        node_ids = {fn: result.leaf_uses.get(fn, [node_id]) for fn, node_id in result.op_ids.items()}
+        self.order = [type(fn).__name__ for fn in record.order]
+        self.accumulations = [(names.tensor_name(fn.variable) or "leaf", grad)
+                              for fn, grad in record.accumulations]
+        self.edge_grads = [(type(fn).__name__, type(next_fn).__name__, grad)
+                           for _, fn, _, next_fn, grad in record.flows]
+        self._step_nodes = [node_ids.get(fn, []) for fn in record.order]
+        self._flows = []   # (step, (src id, dst id), label)
+        for step, fn, i, _, grad in record.flows:
+            consumer = result.op_ids.get(fn)
+            child = result.input_ids.get((consumer, i))
+            if child is not None:
+                self._flows.append((step, (child, consumer), describe.values_text(grad)))
+        self._model = model
+        self.graph = self._frame(len(self.order), current=False)
+        self.frames = [self._frame(k) for k in range(1, len(self.order) + 1)]
+
+    def _frame(self, upto, current=True):
+        model = self._model.copy()
+        steps = {}
+        for k, ids in enumerate(self._step_nodes[:upto], 1):
+            for node_id in ids:
+                steps[node_id] = k
+        for node in model.nodes:
+            node.step = steps.get(node.id)
+            if current and node.step == upto:
+                node.mark = "current"
+        model.edge_labels = {edge: label for step, edge, label in self._flows if step <= upto}
+        title = f"step {upto} of {len(self.order)}: {self.order[upto - 1]}" if current and upto else None
+        return self._graph_factory(truncate(model, self._truncate_to), title)
+
+    def text(self):
+        lines = [f"step {k}: {name}" for k, name in enumerate(self.order, 1)]
+        lines += [f"{a} -> {b}: {describe.values_text(g)}" for a, b, g in self.edge_grads]
+        lines += [f"{name}.grad += {describe.values_text(g)}" for name, g in self.accumulations]
+        return "\n".join(lines)
+
+    def __repr__(self):
+        return self.text()
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        parts = []
+        for frame in self.frames[:MAX_STATIC_FRAMES]:
+            try:
+                parts.append(f"<div><p><b>{html.escape(frame.title)}</b></p>{frame.svg()}</div>")
+            except LayoutError as error:
+                return {"text/plain": f"{error}\n{self.text()}"}
+        hidden = len(self.frames) - len(parts)
+        if hidden > 0:
+            parts.append(f"<p>{hidden} more steps: see trace.frames[{len(parts)}:]</p>")
+        return {"text/html": "\n".join(parts), "text/plain": self.text()}
+
+    def _ipython_display_(self):
+        from IPython.display import display
+        try:
+            import ipywidgets
+        except ImportError:
+            display(self._repr_mimebundle_(), raw=True)
+            return
+        display(_slider(self.frames, ipywidgets))
+
+
+def _slider(frames, widgets):
+    """A slider that shows one frame at a time (only when ipywidgets is installed)."""
+    from IPython.display import display
+    slider = widgets.IntSlider(value=1, min=1, max=max(1, len(frames)), description="step")
+    screen = widgets.Output()
+
+    def show(change):
+        screen.clear_output(wait=True)
+        with screen:
+            display(frames[change["new"] - 1])
+
+    slider.observe(show, names="value")
+    show({"new": 1})
+    return widgets.VBox([slider, screen])
