@@ -25,9 +25,12 @@ $(STAMP): pyproject.toml requirements/course.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
+# Containers and Colab often run as root, which JupyterLab refuses without --allow-root.
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
+
 lab: setup
 	$(BIN)/autograd-lab doctor || true
-	$(BIN)/jupyter lab --notebook-dir=notebooks
+	$(BIN)/jupyter lab --notebook-dir=notebooks $(ALLOW_ROOT)
 
 test: setup test-package test-notebooks test-solved
 
