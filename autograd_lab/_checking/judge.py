@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from .compare import Finding, Tolerance, compare_values
 from .display import Result
-from .records import decode, describe
+from .records import KIND, decode, describe
 
 
 @dataclass(frozen=True)
@@ -228,5 +228,15 @@ def _unique(items):
 
 
 def describe_inputs(record):
-    """``a tensor of shape (4,), float64``: what a public case was called with."""
-    return ", ".join(describe(arg) for arg in record.get("inputs", ()))
+    """What a public case was called with: ``float64 tensors of shapes (6, 4), (4,)``."""
+    inputs = record.get("inputs", ())
+    tensors = [arg["value"] for arg in inputs if isinstance(arg, dict) and arg.get(KIND) == "tensor"]
+    if not inputs or len(tensors) != len(inputs):
+        text = ", ".join(describe(arg) for arg in inputs)
+        return text if len(text) <= 120 else text[:117] + "..."
+    dtypes = {str(t.dtype).replace("torch.", "") for t in tensors}
+    kind = f"{dtypes.pop()} " if len(dtypes) == 1 else ""
+    shapes = ", ".join(str(tuple(t.shape)) for t in tensors)
+    if len(tensors) == 1:
+        return f"a {kind}tensor of shape {shapes}"
+    return f"{kind}tensors of shapes {shapes}"

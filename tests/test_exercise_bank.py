@@ -1,0 +1,114 @@
+"""Every registered exercise is solvable, and every known-wrong answer is recognised.
+
+Generic over the whole registry: a new ``autograd_lab/solutions/nbNN_*.py`` is
+covered without editing this file.
+"""
+
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from autograd_lab._checking.compare import MESSAGES
+from autograd_lab._checking.source import solution_source
+from autograd_lab.exercises import all_exercises, judge, observe
+
+EXERCISES = all_exercises()
+WRONG = [(exercise, index) for exercise in EXERCISES for index in range(len(exercise.wrong_answers))]
+TIMEOUT = 60.0  # generous: the shared CI machine is slow, and a loop must still not hang the suite
+
+
+def _reference_answer(exercise):
+    return exercise.reference() if exercise.kind == "value" else exercise.reference
+
+
+def _all_seeds(exercise):
+    return exercise.public_seeds + exercise.hidden_seeds
+
+
+def _records(exercise, answer):
+    return {seed: observe(exercise, answer, seed, timeout=TIMEOUT) for seed in _all_seeds(exercise)}
+
+
+def _check_everything(exercise, answer):
+    """Public and hidden cases, as the batch grader runs them."""
+    return judge(exercise, _records(exercise, answer), _records(exercise, _reference_answer(exercise)))
+
+
+def test_the_registry_holds_the_warm_ups():
+    ids = [exercise.id for exercise in EXERCISES]
+    assert {"00.cube_grad", "00.needs_grad"} <= set(ids)
+    assert ids == sorted(ids)
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=lambda exercise: exercise.id)
+def test_reference_passes_every_public_and_hidden_case(exercise):
+    result = _check_everything(exercise, _reference_answer(exercise))
+    assert result.status == "passed", repr(result)
+    assert result.score == exercise.points
+    assert result.public_total == len(exercise.public_seeds)
+    assert result.hidden_total == len(exercise.hidden_seeds)
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=lambda exercise: exercise.id)
+def test_every_exercise_is_documented_and_has_wrong_answers(exercise):
+    assert exercise.title.strip() and exercise.hints, f"{exercise.id}: give it a title and at least one hint"
+    assert exercise.wrong_answers, f"{exercise.id}: list the known-wrong answers it must recognise"
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=lambda exercise: exercise.id)
+def test_the_solution_source_is_what_solve_writes(exercise):
+    source = solution_source(exercise)
+    namespace = {"torch": torch, "nn": nn, "F": F, "math": math}
+    if exercise.kind == "value":
+        # A value exercise's solution_code must produce exactly the reference value.
+        exec(compile(source, exercise.id, "exec"), namespace)
+        result = _check_everything(exercise, namespace[exercise.answer_name])
+        assert result.status == "passed", repr(result)
+    else:
+        # Function sources run in the notebook, next to its own names; here: they compile
+        # and define the answer.
+        assert exercise.answer_name in compile(source, exercise.id, "exec").co_names
+
+
+def _names_the_misconception(exercise, tag, messages):
+    text = " ".join(messages)
+    custom = {m.tag: m.message for m in exercise.misconceptions}
+    if tag in custom:
+        return custom[tag] in text
+    if tag in MESSAGES:
+        # The template's fixed wording after "{where}", for example " is exactly twice the expected one".
+        return MESSAGES[tag].split("}", 1)[1].split("{")[0].split(".")[0] in text
+    return any(phrase in text for phrase in _GENERIC_PHRASES[tag])
+
+
+_GENERIC_PHRASES = {
+    "structure": ("expected a", "keys differ", "expected a number"),
+    "shape": ("expected shape",),
+    "dtype": ("expected dtype",),
+    "device": ("expected device",),
+    "state": ("expected requires_grad", "expected is_leaf", "expected grad_fn", "expected .grad",
+              "expected _version", "grad mode after", ".grad: expected None"),
+    "wrong_value": ("elements differ", "expected"),
+    "gradcheck": ("gradcheck",),
+    "error": ("raised",),
+    "timeout": ("time limit",),
+}
+
+
+@pytest.mark.parametrize("exercise,index", WRONG,
+                         ids=[f"{e.id}-{i}-{e.wrong_answers[i].expect}" for e, i in WRONG])
+def test_wrong_answer_fails_with_its_misconception(exercise, index):
+    wrong = exercise.wrong_answers[index]
+    result = _check_everything(exercise, wrong.answer)
+    assert result.status != "passed", repr(result)
+    assert result.misconception == wrong.expect, repr(result)
+    assert result.score < exercise.points
+    public = judge(exercise, {seed: observe(exercise, wrong.answer, seed, timeout=TIMEOUT)
+                              for seed in exercise.public_seeds},
+                   {seed: observe(exercise, _reference_answer(exercise), seed) for seed in exercise.public_seeds})
+    if public.status != "passed":  # some mistakes only show on hidden shapes
+        assert public.misconception == wrong.expect, repr(public)
+        assert _names_the_misconception(exercise, wrong.expect, public.messages), repr(public)
