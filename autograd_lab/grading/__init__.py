@@ -1,0 +1,44 @@
+"""``autograd-lab grade``: grade student notebooks in batch, without trusting them.
+
+Each submission runs in a fresh, limited kernel on a private copy; the grader
+then calls the student's answers itself on public and hidden inputs, loads what
+came back as plain data, and judges it against the reference in its own
+process.  See ``docs/grading.md`` for the instructor's guide.
+
+Modules, one idea each: ``submissions`` (finding and reading files), ``sandbox``
+and ``launcher`` (the kernel's limits and user), ``kernel`` (driving one kernel),
+``execute`` and ``harvest`` (running a notebook, collecting answers), ``worker``
+(one submission in its own process), ``scoring`` (judging), ``reports`` (files
+written), ``progress`` (the bar), ``batch`` (all of it, in parallel).
+"""
+
+import sys
+
+__all__ = ["main"]
+
+
+def main(args):
+    """Entry point of ``autograd-lab grade`` (``args`` from ``cli.build_parser``)."""
+    # Imported here: the worker processes import this package and must not pay for torch.
+    from .batch import Options, grade_batch
+    from .submissions import UsageError
+
+    options = Options(
+        out=args.out, jobs=args.jobs, cell_timeout=args.cell_timeout, progress=not args.no_progress,
+        check_timeout=getattr(args, "check_timeout", 10.0),
+        submission_timeout=getattr(args, "submission_timeout", 900.0),
+        notebooks=tuple(getattr(args, "notebook", None) or ()),
+        memory_mb=getattr(args, "memory_mb", 2048),
+    )
+    if options.jobs < 1 or options.cell_timeout <= 0:
+        print("autograd-lab grade: --jobs must be at least 1 and --cell-timeout positive.", file=sys.stderr)
+        return 2
+    try:
+        graded = grade_batch(args.submissions, options)
+    except UsageError as error:
+        print(f"autograd-lab grade: {error}", file=sys.stderr)
+        return 2
+    problems = sum(1 for report in graded if report["problems"])
+    print(f"Graded {len(graded)} submission(s) into {args.out} "
+          f"({problems} with problems; see gradebook.csv and item_analysis.md).")
+    return 0

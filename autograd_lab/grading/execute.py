@@ -1,0 +1,142 @@
+"""Run one submission's cells in sandboxed kernels and collect its answers' records.
+
+``execute_submission`` runs the code cells top to bottom with ``allow_errors``
+semantics: an exception, or a cell that hits its timeout and is interrupted,
+does not stop the rest.  A cell that kills the kernel (``os._exit``, a crash,
+the memory limit) or ignores the interrupt is skipped, and the notebook is run
+again from the top in a fresh kernel without it, so the student keeps the
+credit for everything else.  At most ``max_kernels`` kernels are started.
+
+Answers are found by name, never by position: after each cell that defines an
+exercise's ``answer_name`` at top level, the kernel keeps a snapshot of it
+(``harvest.snapshot``), and after the last cell the grader asks for the records
+of every exercise (``harvest.emit``), one request per exercise.
+"""
+
+import ast
+from dataclasses import dataclass, field
+
+from .harvest import MIME
+from .kernel import FATAL
+
+_HARVEST_MODULE = "__import__('autograd_lab.grading.harvest', fromlist=['emit'])"
+_SNAPSHOT_TIMEOUT = 30
+_HARVEST_STARTUP = 60   # seconds for the kernel to import the checker before the first seed
+_PRELOAD = "import torch, autograd_lab.exercises as _e; _e.all_exercises(); del _e"
+
+
+@dataclass
+class Execution:
+    cells: list = field(default_factory=list)      # one dict per code cell, in notebook order
+    records: dict = field(default_factory=dict)    # exercise id -> base64 payload
+    failures: dict = field(default_factory=dict)   # exercise id -> why no records came back
+    events: list = field(default_factory=list)     # what the sandbox had to do, for the report
+    kernels: int = 0
+
+
+def defined_names(source):
+    """Names a cell binds at top level: ``def``, ``class``, assignments and imports."""
+    if source.lstrip().startswith("%%"):
+        return set()  # a cell magic: not Python
+    # Line magics and shell escapes are not Python either; blank them out, keep the rest.
+    python = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+    try:
+        tree = ast.parse(python)
+    except (SyntaxError, ValueError):
+        return set()
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+    return names
+
+
+def code_cells(notebook):
+    """``(index, source)`` of every non-empty code cell."""
+    return [(index, cell.source) for index, cell in enumerate(notebook.cells)
+            if cell.cell_type == "code" and cell.source.strip()]
+
+
+def execute_submission(cells, plan, open_kernel, cell_timeout, check_timeout, max_kernels=4):
+    """Run the code ``cells`` (``code_cells(notebook)``) and return an ``Execution``.
+
+    ``plan``: dicts with ``id``, ``answer_name`` and ``seeds`` per exercise.
+    ``open_kernel()``: a context manager yielding a fresh ``SandboxedKernel``.
+    """
+    execution = Execution()
+    answer_names = {item["answer_name"] for item in plan}
+    skipped = {}
+    while execution.kernels < max_kernels:
+        execution.kernels += 1
+        with open_kernel() as kernel:
+            _preload(kernel)
+            fatal = _run_cells(kernel, cells, skipped, answer_names, cell_timeout, execution)
+            if fatal is None and _harvest(kernel, plan, check_timeout, execution):
+                return execution
+        if fatal is not None:
+            index, status = fatal
+            skipped[index] = status
+            execution.events.append(_fatal_event(index, status))
+    for item in plan:
+        if item["id"] not in execution.records:
+            execution.failures.setdefault(
+                item["id"], f"the notebook stopped the kernel {max_kernels} times; grading gave up")
+    return execution
+
+
+def _preload(kernel):
+    """Import torch and the checker before the first cell, so no cell's timeout pays for it."""
+    run = kernel.run(_PRELOAD, _HARVEST_STARTUP, store_history=False)
+    if run.status != "ok":
+        raise RuntimeError(f"the sandboxed kernel could not import torch and autograd_lab ({run.status}: "
+                           f"{run.error}); run `autograd-lab doctor`, or raise --memory-mb")
+
+
+def _fatal_event(index, status):
+    what = "killed the kernel" if status == "dead" else "ignored the interrupt after its timeout"
+    return f"cell {index} {what}; it was skipped and the notebook re-run in a fresh kernel"
+
+
+def _run_cells(kernel, cells, skipped, answer_names, timeout, execution):
+    """Run every cell not skipped; the ``(index, status)`` of a fatal one, else None."""
+    execution.cells = []
+    for index, source in cells:
+        if index in skipped:
+            execution.cells.append({"cell": index, "status": f"skipped ({skipped[index]})"})
+            continue
+        run = kernel.run(source, timeout)
+        execution.cells.append({"cell": index, "status": run.status, "error": run.error,
+                                "output": run.text, "output_truncated": run.truncated})
+        if run.status in FATAL:
+            return index, run.status
+        names = sorted(defined_names(source) & answer_names)
+        if names:
+            snap = kernel.run(f"{_HARVEST_MODULE}.snapshot({names!r})", _SNAPSHOT_TIMEOUT, store_history=False)
+            if snap.status in FATAL:
+                return index, snap.status
+    return None
+
+
+def _harvest(kernel, plan, check_timeout, execution):
+    """Ask for each exercise's records; False when an answer took the kernel down (re-run needed)."""
+    for item in plan:
+        if item["id"] in execution.records or item["id"] in execution.failures:
+            continue
+        code = f"{_HARVEST_MODULE}.emit({item['id']!r}, {list(item['seeds'])!r}, {check_timeout!r})"
+        budget = _HARVEST_STARTUP + check_timeout * len(item["seeds"])
+        run = kernel.run(code, budget, store_history=False)
+        if run.status in FATAL:
+            execution.failures[item["id"]] = ("calling the answer killed the kernel" if run.status == "dead"
+                                              else "calling the answer hung the kernel")
+            return False
+        payload = run.displays.get(MIME)
+        if payload is None:
+            execution.failures[item["id"]] = f"the kernel returned no records ({run.error or run.status})"
+        else:
+            execution.records[item["id"]] = payload
+    return True

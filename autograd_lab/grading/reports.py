@@ -1,0 +1,116 @@
+"""Everything the grader writes, always from its own in-memory results.
+
+* ``students/<student>.json``: one per student, written as soon as it is graded;
+* ``gradescope/<student>/results.json``: Gradescope's autograder format;
+* ``gradebook.csv``: one row per student, one column per exercise;
+* ``item_analysis.json`` and ``item_analysis.md``: per exercise, the pass rate
+  and the most common misconception.
+"""
+
+import csv
+import json
+import os
+import re
+from collections import Counter
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def file_stem(student):
+    """A file name for ``student`` with nothing but letters, digits, ``.``, ``_`` and ``-``."""
+    return _UNSAFE.sub("_", student).lstrip(".") or "_"
+
+
+def _write_json(path, data):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    temporary = path + ".part"
+    with open(temporary, "w") as file:
+        json.dump(data, file, indent=2, sort_keys=True)
+        file.write("\n")
+    os.replace(temporary, path)  # a reader never sees half a file
+
+
+def write_student(out, report):
+    """The student's JSON and Gradescope ``results.json``."""
+    stem = file_stem(report["student"])
+    _write_json(os.path.join(out, "students", f"{stem}.json"), report)
+    _write_json(os.path.join(out, "gradescope", stem, "results.json"), gradescope_results(report))
+
+
+def gradescope_results(report):
+    """Gradescope's format: one test per exercise; hidden cases are already summarised by ``judge``."""
+    tests = []
+    for number, grade in enumerate(report["exercises"], start=1):
+        tests.append({
+            "name": f"{grade['exercise_id']} · {grade['title']}",
+            "number": str(number),
+            "score": grade["score"],
+            "max_score": grade["max_score"],
+            "status": "passed" if grade["status"] == "passed" else "failed",
+            "output": "\n".join([f"status: {grade['status']}"] + list(grade["messages"])),
+            "output_format": "text",
+            "visibility": "visible",
+            "tags": [grade["misconception"]] if grade.get("misconception") else [],
+        })
+    return {
+        "score": report["score"],
+        "execution_time": round(report["execution_time"]),
+        "output": "\n".join(report["problems"]) or "Graded by autograd-lab.",
+        "output_format": "text",
+        "visibility": "visible",
+        "stdout_visibility": "hidden",
+        "tests": tests,
+    }
+
+
+def write_gradebook(out, reports, exercise_ids):
+    with open(os.path.join(out, "gradebook.csv"), "w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(["student", "score", "max_score", "status", *exercise_ids, "problems", "sha256"])
+        for report in sorted(reports, key=lambda r: r["student"]):
+            scores = {grade["exercise_id"]: grade["score"] for grade in report["exercises"]}
+            writer.writerow([report["student"], report["score"], report["max_score"], report["status"],
+                             *[scores.get(exercise_id, 0) for exercise_id in exercise_ids],
+                             " | ".join(report["problems"]), report["sha256"]])
+
+
+def item_analysis(reports, exercise_ids):
+    """Per exercise: how many passed, attempted, the mean score and the misconceptions seen."""
+    items = []
+    for exercise_id in exercise_ids:
+        grades = [g for r in reports for g in r["exercises"] if g["exercise_id"] == exercise_id]
+        statuses = Counter(g["status"] for g in grades)
+        tags = Counter(g["misconception"] for g in grades if g.get("misconception"))
+        # Most frequent first; ties in alphabetical order, so the file is the same on every run.
+        ranked = sorted(tags.items(), key=lambda item: (-item[1], item[0]))
+        items.append({
+            "exercise_id": exercise_id,
+            "title": grades[0]["title"] if grades else "",
+            "submissions": len(grades),
+            "attempted": len(grades) - statuses["not attempted"],
+            "passed": statuses["passed"],
+            "pass_rate": round(statuses["passed"] / len(grades), 4) if grades else 0.0,
+            "mean_score": round(sum(g["score"] for g in grades) / len(grades), 4) if grades else 0.0,
+            "statuses": dict(sorted(statuses.items())),
+            "misconceptions": dict(ranked),
+            "most_common_misconception": ranked[0][0] if ranked else None,
+        })
+    return items
+
+
+def write_item_analysis(out, reports, exercise_ids):
+    items = item_analysis(reports, exercise_ids)
+    _write_json(os.path.join(out, "item_analysis.json"), {"exercises": items})
+    lines = ["# Item analysis", "",
+             f"{len(reports)} submissions.", "",
+             "| exercise | pass rate | attempted | mean score | most common misconception |",
+             "|---|---|---|---|---|"]
+    for item in items:
+        tag = item["most_common_misconception"]
+        common = f"`{tag}` ({item['misconceptions'][tag]} students)" if tag else "none"
+        lines.append(f"| {item['exercise_id']} {item['title']} | {item['pass_rate']:.0%} "
+                     f"({item['passed']}/{item['submissions']}) | {item['attempted']} | "
+                     f"{item['mean_score']:g} | {common} |")
+    with open(os.path.join(out, "item_analysis.md"), "w") as file:
+        file.write("\n".join(lines) + "\n")
+    return items
