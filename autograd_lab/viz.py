@@ -74,8 +74,13 @@ class Graph:
         return to_text(self._model)
 
     def ops(self):
-        """grad_fn class names of the op nodes, in traversal order."""
-        return [n.op for n in self._model.nodes if n.kind == "op"]
+        """Class name of every grad_fn in the graph, each once, in traversal order.
+
+        ``AccumulateGrad`` appears once per leaf that requires grad (even when each
+        use of the leaf is drawn as its own node); the list covers the whole graph
+        even when ``max_nodes`` left part of it out of the picture.
+        """
+        return list(self._model.grad_fns)
 
     def stale(self):
         """Ops whose saved tensors were modified in place since saving: the next backward will fail."""
@@ -160,14 +165,16 @@ def trace_backward(*roots, gradient=None, retain_graph=None, create_graph=False,
     """
     tensors = [t for _, t in _flatten_roots(roots, "trace_backward")]
     names = naming.build_names(params=params, namespace=naming.caller_namespace())
+    roots, options = [(None, t) for t in tensors], Options(strip_suffix=strip_suffix)
+    before = walk(roots, names, options)
     record = record_backward(tensors, gradient=gradient, retain_graph=retain_graph,
                              create_graph=create_graph)
-    result = walk([(None, t) for t in tensors], names, Options(strip_suffix=strip_suffix))
+    after = walk(roots, names, options)
 
     def make_graph(model, title):
         return Graph(model, legend=legend, title=title)
 
-    return Trace(record, result, names, make_graph, truncate_to=max_nodes)
+    return Trace(record, before, after, names, make_graph, truncate_to=max_nodes)
 
 
 def diff(a, b):

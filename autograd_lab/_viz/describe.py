@@ -79,22 +79,34 @@ class Saved:
 
 def saved_entries(fn):
     """Every saved attribute of ``fn``: tensors with their state, and plain attributes."""
-    entries = []
-    for name in _saved_names(type(fn)):
-        entries.append(_read_saved(fn, name))
-    return entries
+    if isinstance(fn, torch.autograd.function.BackwardCFunction):
+        return _custom_function_entries(fn)
+    return [_read_saved(fn, name) for name in _saved_names(type(fn))]
+
+
+def _custom_function_entries(fn):
+    """A custom ``autograd.Function`` keeps ``ctx.save_for_backward`` tensors in ``saved_tensors``."""
+    try:
+        tensors = fn.saved_tensors
+    except RuntimeError as error:
+        return [_unreadable("saved_tensors", error)]
+    return [Saved(f"saved_tensors[{i}]", t, None, True, "ok") for i, t in enumerate(tensors)
+            if isinstance(t, torch.Tensor)]
+
+
+def _unreadable(name, error):
+    """The getter raised: the version-mismatch message means stale, anything else freed."""
+    match = _VERSIONS.search(str(error))
+    if match:
+        return Saved(name, None, None, True, "stale", f"v{match.group(2)} -> v{match.group(1)}")
+    return Saved(name, None, None, True, "freed")
 
 
 def _read_saved(fn, name):
     try:
         value = getattr(fn, "_saved_" + name)
     except RuntimeError as error:
-        message = str(error)
-        match = _VERSIONS.search(message)
-        if match:
-            detail = f"v{match.group(2)} -> v{match.group(1)}"
-            return Saved(name, None, None, True, "stale", detail)
-        return Saved(name, None, None, True, "freed")
+        return _unreadable(name, error)
     if isinstance(value, torch.Tensor):
         return Saved(name, value, None, True, "ok")
     if isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.Tensor) for v in value):

@@ -45,6 +45,7 @@ class Model:
     notes: list = field(default_factory=list)         # sentences shown under the graph
     stale_ops: list = field(default_factory=list)
     freed_ops: list = field(default_factory=list)
+    grad_fns: list = field(default_factory=list)      # class name of each distinct grad_fn, traversal order
 
     def node(self, node_id):
         return self.by_id()[node_id]
@@ -71,4 +72,5 @@ class Model:
             notes=list(self.notes),
             stale_ops=list(self.stale_ops),
             freed_ops=list(self.freed_ops),
+            grad_fns=list(self.grad_fns),
         )

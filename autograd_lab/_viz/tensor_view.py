@@ -51,7 +51,8 @@ class _TensorView:
         self.model = model
         self.by_id = model.by_id()
         self.out = Model(cluster_labels=dict(model.cluster_labels), notes=list(model.notes),
-                         stale_ops=list(model.stale_ops), freed_ops=list(model.freed_ops))
+                         stale_ops=list(model.stale_ops), freed_ops=list(model.freed_ops),
+                         grad_fns=list(model.grad_fns))
         self.new_id = {}     # old id -> id of its replacement
         self.output_of = {}  # old id -> id of the tensor node holding its output
 

@@ -92,13 +92,19 @@ def _backward(tensors, gradient, retain_graph, create_graph):
 
 
 class Trace:
-    """The recorded backward: ``order``, ``accumulations``, ``edge_grads``, ``frames``, ``graph``."""
+    """The recorded backward: ``order``, ``accumulations``, ``edge_grads``, ``frames``, ``graph``.
 
-    def __init__(self, record, result, names, graph_factory, truncate_to=None):
-        model = result.model
+    ``before`` and ``after`` are walks of the same graph made before and after the
+    backward pass (same traversal, so the same ids).  A frame shows each node as it
+    was before the engine reached it and as it is after, so a leaf's ``.grad`` and
+    an op's freed buffers change exactly at their step.
+    """
+
+    def __init__(self, record, before, after, names, graph_factory, truncate_to=None):
         self._graph_factory = graph_factory
         self._truncate_to = truncate_to
-        node_ids = {fn: result.leaf_uses.get(fn, [node_id]) for fn, node_id in result.op_ids.items()}
+        self._before, self._after = before.model, after.model
+        node_ids = {fn: after.leaf_uses.get(fn, [node_id]) for fn, node_id in after.op_ids.items()}
         self.order = [type(fn).__name__ for fn in record.order]
         self.accumulations = [(names.tensor_name(fn.variable) or "leaf", grad)
                               for fn, grad in record.accumulations]
@@ -107,26 +113,29 @@ class Trace:
         self._step_nodes = [node_ids.get(fn, []) for fn in record.order]
         self._flows = []   # (step, (src id, dst id), label)
         for step, fn, i, _, grad in record.flows:
-            consumer = result.op_ids.get(fn)
-            child = result.input_ids.get((consumer, i))
+            consumer = after.op_ids.get(fn)
+            child = after.input_ids.get((consumer, i))
             if child is not None:
                 self._flows.append((step, (child, consumer), describe.values_text(grad)))
-        self._model = model
         self.graph = self._frame(len(self.order), current=False)
         self.frames = [self._frame(k) for k in range(1, len(self.order) + 1)]
 
     def _frame(self, upto, current=True):
-        model = self._model.copy()
         steps = {}
         for k, ids in enumerate(self._step_nodes[:upto], 1):
             for node_id in ids:
-                steps[node_id] = k
+                steps.setdefault(node_id, k)
+        before = self._before.by_id()
+        # Constants lose their names once their saved copy is freed: take them from before.
+        nodes = [node if node.id in steps and node.kind != "constant" else before.get(node.id, node)
+                 for node in self._after.nodes]
+        model = self._after.copy(nodes=nodes)
         for node in model.nodes:
             node.step = steps.get(node.id)
             if current and node.step == upto:
                 node.mark = "current"
         model.edge_labels = {edge: label for step, edge, label in self._flows if step <= upto}
-        title = f"step {upto} of {len(self.order)}: {self.order[upto - 1]}" if current and upto else None
+        title = f"step {upto} of {len(self.order)}: {self.order[upto - 1]}" if current else None
         return self._graph_factory(truncate(model, self._truncate_to), title)
 
     def text(self):

@@ -188,6 +188,7 @@ class _Walker:
             else:
                 child = self.op_node(fn).id
                 op_ids[fn] = child
+                self.model.grad_fns.append(type(fn).__name__)
                 for i, (next_fn, _) in enumerate(fn.next_functions):
                     self.queue.append((next_fn, child, i))
             self.edge(child, consumer)
@@ -198,7 +199,9 @@ class _Walker:
         if fn in op_ids and not self.options.split_leaves:
             return op_ids[fn]
         node = self.leaf_node(fn.variable)
-        op_ids.setdefault(fn, node.id)
+        if fn not in op_ids:
+            op_ids[fn] = node.id
+            self.model.grad_fns.append("AccumulateGrad")
         self.result.leaf_uses.setdefault(fn, []).append(node.id)
         return node.id
 
