@@ -1,0 +1,235 @@
+"""Exercises of notebook 01 (the dynamic graph), with their reference solutions.
+
+Each wrong answer below is a mistake students really make; the exercise bank test
+proves that each one is reported with its misconception tag.
+"""
+
+import math
+
+import torch
+
+from autograd_lab.exercises import Exercise, Misconception, WrongAnswer, register
+from autograd_lab.memory import saved_tensors
+from autograd_lab.tiny_engine import Value
+
+# --- 01.who_gets_grad --------------------------------------------------------
+
+
+def who_gets_grad_reference():
+    """Run the exercise's code and report which tensors got a ``.grad``."""
+    a = torch.randn(3, requires_grad=True)
+    w = torch.randn(3, requires_grad=True)
+    b = a * 2
+    b.retain_grad()
+    c = b.detach()
+    loss = (c * a).sum()
+    loss.backward()
+    return {"a": a.grad is not None, "b": b.grad is not None,
+            "c": c.grad is not None, "w": w.grad is not None}
+
+
+WHO_GETS_GRAD = {"a": True, "b": False, "c": False, "w": False}
+
+
+def _claims(key, value):
+    """A detector: the student's dict says ``key`` is ``value`` (and so differs from the reference)."""
+    return lambda student, reference, args: isinstance(student, dict) and student.get(key) is value
+
+
+register(Exercise(
+    id="01.who_gets_grad",
+    title="Who gets a .grad?",
+    answer_name="who_gets_grad",
+    kind="value",
+    reference=who_gets_grad_reference,
+    solution_code='who_gets_grad = {"a": True, "b": False, "c": False, "w": False}',
+    hints=(
+        "Only leaves that require grad and that the backward pass actually reaches get a .grad, "
+        "plus non-leaves with retain_grad() that it reaches.",
+        "Follow the path from loss back: loss <- c * a. Which of c and a requires grad? "
+        "Is b on that path at all, after c = b.detach()?",
+        "c = b.detach() cuts the path to b, so b's retain_grad() never fires; w is not in this graph.",
+    ),
+    misconceptions=(
+        Misconception("detached_path",
+                      "b.retain_grad() only keeps a gradient that reaches b, and none does: "
+                      "c = b.detach() cut b out of loss's graph.",
+                      _claims("b", True)),
+        Misconception("no_requires_grad",
+                      "c comes from .detach(): it does not require grad, so it never gets a .grad.",
+                      _claims("c", True)),
+        Misconception("unused_param",
+                      "w requires grad but this forward pass never used it, so it is not in the "
+                      "graph and its .grad stays None (not zero).",
+                      _claims("w", True)),
+        Misconception("missed_leaf",
+                      "a is a leaf that requires grad and loss = (c * a).sum() uses it, so "
+                      "backward fills a.grad (with the values of c).",
+                      _claims("a", False)),
+    ),
+    wrong_answers=(
+        WrongAnswer({"a": True, "b": True, "c": False, "w": False}, expect="detached_path"),
+        WrongAnswer({"a": True, "b": False, "c": True, "w": False}, expect="no_requires_grad"),
+        WrongAnswer({"a": True, "b": False, "c": False, "w": True}, expect="unused_param"),
+        WrongAnswer({"a": False, "b": False, "c": False, "w": False}, expect="missed_leaf"),
+        WrongAnswer({"a": True, "b": False, "c": False}, expect="structure"),
+    ),
+))
+
+# --- 01.saved_bytes ----------------------------------------------------------
+
+
+def saved_bytes_reference():
+    """Measure what the exercise's expression saves, with the saved-tensor hooks."""
+    x = torch.randn(64, 32)
+    w = torch.randn(32, 16, requires_grad=True)
+    with saved_tensors() as saved:
+        y = (x @ w).relu()
+        (y ** 2).sum()
+    return saved.nbytes  # x (mm, for dL/dw) and y (relu's result = pow's input, one storage)
+
+
+_FLOAT_BYTES = 4
+_X_BYTES = 64 * 32 * _FLOAT_BYTES
+_W_BYTES = 32 * 16 * _FLOAT_BYTES
+_Y_BYTES = 64 * 16 * _FLOAT_BYTES
+
+
+def _off_by(extra):
+    return lambda student, reference, args: isinstance(student, (int, float)) and student == reference + extra
+
+
+register(Exercise(
+    id="01.saved_bytes",
+    title="Count the saved bytes",
+    answer_name="saved_bytes",
+    kind="value",
+    reference=saved_bytes_reference,
+    solution_code="saved_bytes = 64 * 32 * 4 + 64 * 16 * 4  # x for dL/dw, and y once (relu output = pow input)",
+    hints=(
+        "Go node by node: x @ w, relu, ** 2, sum. For each, ask what its backward formula needs.",
+        "x @ w: dL/dw = x^T G needs x; dL/dx = G w^T would need w, but x does not require grad.",
+        "relu saves its output y; y ** 2 saves its input, which is the same tensor y: count it once.",
+    ),
+    misconceptions=(
+        Misconception("saved_weight",
+                      "The matmul keeps w only to compute dL/dx, and x does not require grad: "
+                      "autograd saves only what the needed gradients use.",
+                      lambda s, r, args: _off_by(_W_BYTES)(s, r, args) or _off_by(_W_BYTES + _Y_BYTES)(s, r, args)),
+        Misconception("double_counted",
+                      "relu's saved output and the input saved by ** 2 are the same tensor y: "
+                      "it costs memory once.",
+                      _off_by(_Y_BYTES)),
+        Misconception("elements_not_bytes",
+                      "That is the number of elements; a float32 element takes 4 bytes.",
+                      lambda s, r, args: isinstance(s, (int, float)) and s * _FLOAT_BYTES == r),
+    ),
+    wrong_answers=(
+        WrongAnswer(_X_BYTES + _W_BYTES + _Y_BYTES, expect="saved_weight"),
+        WrongAnswer(_X_BYTES + _W_BYTES + 2 * _Y_BYTES, expect="saved_weight"),
+        WrongAnswer(_X_BYTES + 2 * _Y_BYTES, expect="double_counted"),
+        WrongAnswer((_X_BYTES + _Y_BYTES) // _FLOAT_BYTES, expect="elements_not_bytes"),
+        WrongAnswer(_X_BYTES, expect="wrong_value"),
+    ),
+))
+
+# --- 01.tiny_tanh ------------------------------------------------------------
+
+
+def tiny_tanh_grads(xs):
+    def tanh(a):
+        t = math.tanh(a.data)
+        out = Value(t, (a,), "tanh")
+
+        def _backward():
+            a.grad += (1 - t * t) * out.grad  # local derivative times the gradient arriving at out
+        out._backward = _backward
+        return out
+
+    grads = []
+    for x in xs.tolist():
+        a = Value(x)
+        (tanh(a) * a).backward()
+        grads.append(a.grad)
+    return torch.tensor(grads, dtype=xs.dtype)
+
+
+def _tanh_inputs(seed, hidden):
+    generator = torch.Generator().manual_seed(seed)
+    size = 8 if hidden else 5
+    return (torch.randn(size, generator=generator, dtype=torch.float64),)
+
+
+def _grads_with(local_derivative, *, chain=True, accumulate=True):
+    """A wrong ``tiny_tanh_grads`` whose tanh backward makes one specific mistake."""
+    def answer(xs):
+        def tanh(a):
+            t = math.tanh(a.data)
+            out = Value(t, (a,), "tanh")
+
+            def _backward():
+                step = local_derivative(t) * (out.grad if chain else 1.0)
+                a.grad = a.grad + step if accumulate else step
+            out._backward = _backward
+            return out
+
+        grads = []
+        for x in xs.tolist():
+            a = Value(x)
+            (tanh(a) * a).backward()
+            grads.append(a.grad)
+        return torch.tensor(grads, dtype=xs.dtype)
+    return answer
+
+
+def _true_parts(xs):
+    """tanh(x) and its derivative at each x, the pieces of every wrong answer's formula."""
+    t = torch.tanh(xs)
+    return t, 1 - t * t
+
+
+def _matches(student, expected):
+    return torch.is_tensor(student) and student.shape == expected.shape and torch.allclose(student, expected)
+
+
+def _forgot_chain(student, reference, args):
+    t, local = _true_parts(args[0])
+    return _matches(student, local + t)  # (1 - t^2) * 1 instead of (1 - t^2) * x, plus the mul path
+
+
+def _overwrote(student, reference, args):
+    t, local = _true_parts(args[0])
+    return _matches(student, local * args[0])  # a.grad = ... threw away the mul path's t
+
+
+register(Exercise(
+    id="01.tiny_tanh",
+    title="Give the tiny engine a tanh",
+    answer_name="tiny_tanh_grads",
+    reference=tiny_tanh_grads,
+    inputs=_tanh_inputs,
+    hints=(
+        "Copy the shape of Value.exp: compute t = math.tanh(a.data), build out = Value(t, (a,), 'tanh'), "
+        "define _backward, attach it with out._backward = _backward, return out.",
+        "The chain rule: a.grad += (local derivative of tanh at a) * out.grad, where the local derivative is 1 - t**2.",
+        "Use += in _backward: x appears twice in tanh(x) * x, and the * node has already added its share to a.grad.",
+        "For each x in xs.tolist(): a = Value(x); (tanh(a) * a).backward(); keep a.grad. "
+        "Return torch.tensor(grads, dtype=xs.dtype).",
+    ),
+    misconceptions=(
+        Misconception("forgot_chain",
+                      "Your tanh backward adds the local derivative 1 - tanh^2 but does not multiply it "
+                      "by out.grad, the gradient arriving from above (the chain rule).",
+                      _forgot_chain),
+        Misconception("overwrote_grad",
+                      "Your tanh backward assigns a.grad = ... instead of adding to it: the contribution of "
+                      "the other use of x (through *) is lost. Gradients of a value used twice add up.",
+                      _overwrote),
+    ),
+    wrong_answers=(
+        WrongAnswer(_grads_with(lambda t: 1 - t * t, chain=False), expect="forgot_chain"),
+        WrongAnswer(_grads_with(lambda t: 1 - t * t, accumulate=False), expect="overwrote_grad"),
+        WrongAnswer(_grads_with(lambda t: 1 + t * t), expect="wrong_value"),
+        WrongAnswer(lambda xs: None, expect="none"),
+    ),
+))

@@ -1,0 +1,250 @@
+"""Exercises of notebook 02 (vector-Jacobian products and the scalar-loss rule)."""
+
+import torch
+import torch.nn.functional as F
+
+from autograd_lab.exercises import Exercise, Misconception, WrongAnswer, register
+
+
+def _randn(generator, *shape):
+    return torch.randn(*shape, generator=generator, dtype=torch.float64)
+
+
+def _matches(student, expected):
+    return (torch.is_tensor(student) and student.shape == expected.shape
+            and torch.allclose(student, expected, rtol=1e-7, atol=1e-7))
+
+# --- 02.vjp ------------------------------------------------------------------
+
+
+def vjp_without_jacobian(W, x, v):
+    x = x.detach().requires_grad_()
+    y = torch.tanh(W @ x)
+    (grad,) = torch.autograd.grad(y, x, grad_outputs=v)
+    return grad
+
+
+def _vjp_inputs(seed, hidden):
+    generator = torch.Generator().manual_seed(seed)
+    m, n = (6, 5) if hidden else (4, 3)
+    return _randn(generator, m, n), _randn(generator, n), _randn(generator, m)
+
+
+def _vjp_with_ones(W, x, v):
+    return vjp_without_jacobian(W, x, torch.ones_like(v))
+
+
+def _vjp_backward_twice(W, x, v):
+    x = x.detach().requires_grad_()
+    y = torch.tanh(W @ x)
+    y.backward(v, retain_graph=True)
+    y.backward(v)
+    return x.grad
+
+
+register(Exercise(
+    id="02.vjp",
+    title="A VJP without building J",
+    answer_name="vjp_without_jacobian",
+    reference=vjp_without_jacobian,
+    inputs=_vjp_inputs,
+    hints=(
+        "Make a fresh leaf: x = x.detach().requires_grad_(), then y = torch.tanh(W @ x).",
+        "y is a vector, so backward needs the cotangent: y.backward(gradient=v) or "
+        "torch.autograd.grad(y, x, grad_outputs=v).",
+        "The answer is x.grad (after backward) or the single element of the tuple autograd.grad returns.",
+    ),
+    misconceptions=(
+        Misconception("ones_cotangent",
+                      "This is the VJP with v = ones (y.sum().backward()), not with the given v: "
+                      "pass v as gradient= or grad_outputs=.",
+                      lambda s, r, args: _matches(s, _vjp_with_ones(*args))),
+        Misconception("missed_local_derivative",
+                      "This is v @ W: the derivative of tanh, 1 - tanh(W x)^2, is missing. Let autograd "
+                      "differentiate the whole f(x).",
+                      lambda s, r, args: _matches(s, args[2] @ args[0])),
+    ),
+    wrong_answers=(
+        WrongAnswer(_vjp_with_ones, expect="ones_cotangent"),
+        WrongAnswer(lambda W, x, v: v @ W, expect="missed_local_derivative"),
+        WrongAnswer(_vjp_backward_twice, expect="doubled"),
+        WrongAnswer(lambda W, x, v: -vjp_without_jacobian(W, x, v), expect="sign_flipped"),
+        WrongAnswer(lambda W, x, v: None, expect="none"),
+    ),
+))
+
+# --- 02.mlp_backward ---------------------------------------------------------
+
+
+def mlp_backward(X, W1, b1, W2, b2, G_Z):
+    H = torch.tanh(X @ W1 + b1)
+    G_W2 = H.T @ G_Z
+    G_b2 = G_Z.sum(0)                 # b2 is added to every row: sum over the batch
+    G_H = G_Z @ W2.T
+    G_A = G_H * (1 - H ** 2)          # tanh'(A) = 1 - tanh(A)^2
+    G_W1 = X.T @ G_A
+    G_b1 = G_A.sum(0)
+    return {"W1": G_W1, "b1": G_b1, "W2": G_W2, "b2": G_b2}
+
+
+def _mlp_inputs(seed, hidden):
+    generator = torch.Generator().manual_seed(seed)
+    N, D, H, C = (9, 5, 7, 4) if hidden else (6, 4, 5, 3)
+    return (_randn(generator, N, D), _randn(generator, D, H), _randn(generator, H),
+            _randn(generator, H, C), _randn(generator, C), _randn(generator, N, C))
+
+
+def _mlp_without_activation_grad(X, W1, b1, W2, b2, G_Z):
+    grads = mlp_backward(X, W1, b1, W2, b2, G_Z)
+    G_A = G_Z @ W2.T                  # the mistake: tanh' left out
+    return {**grads, "W1": X.T @ G_A, "b1": G_A.sum(0)}
+
+
+def _mlp_bias_mean(X, W1, b1, W2, b2, G_Z):
+    grads = mlp_backward(X, W1, b1, W2, b2, G_Z)
+    return {**grads, "b1": grads["b1"] / X.shape[0], "b2": grads["b2"] / X.shape[0]}
+
+
+def _mlp_activation_of_pre(X, W1, b1, W2, b2, G_Z):
+    grads = mlp_backward(X, W1, b1, W2, b2, G_Z)
+    A = X @ W1 + b1
+    G_A = (G_Z @ W2.T) * (1 - A ** 2)  # the mistake: 1 - A^2 instead of 1 - tanh(A)^2
+    return {**grads, "W1": X.T @ G_A, "b1": G_A.sum(0)}
+
+
+def _dict_detector(wrong):
+    """Detect a dict answer equal, key by key, to what the wrong function returns."""
+    def detect(student, reference, args):
+        expected = wrong(*args)
+        return isinstance(student, dict) and all(_matches(student.get(k), expected[k]) for k in expected)
+    return detect
+
+
+register(Exercise(
+    id="02.mlp_backward",
+    title="The MLP backward by hand",
+    answer_name="mlp_backward",
+    reference=mlp_backward,
+    inputs=_mlp_inputs,
+    hints=(
+        "Recompute the forward first: H = torch.tanh(X @ W1 + b1). Then walk the table from the output down.",
+        "Output layer: G_W2 = H.T @ G_Z, G_b2 = G_Z.sum(0), G_H = G_Z @ W2.T.",
+        "Through tanh: G_A = G_H * (1 - H ** 2), using H = tanh(A), not A. Then G_W1 = X.T @ G_A, G_b1 = G_A.sum(0).",
+    ),
+    misconceptions=(
+        Misconception("missing_activation_grad",
+                      "The hidden layer's gradients miss tanh'(A) = 1 - H^2: multiply G_H by it element-wise "
+                      "before going through W1.",
+                      _dict_detector(_mlp_without_activation_grad)),
+        Misconception("activation_of_preactivation",
+                      "tanh'(A) is 1 - tanh(A)^2 = 1 - H^2, not 1 - A^2.",
+                      _dict_detector(_mlp_activation_of_pre)),
+        Misconception("bias_mean",
+                      "A bias is added to every row of the batch, so its gradient is the sum over the batch, "
+                      "not the mean.",
+                      _dict_detector(_mlp_bias_mean)),
+    ),
+    wrong_answers=(
+        WrongAnswer(_mlp_without_activation_grad, expect="missing_activation_grad"),
+        WrongAnswer(_mlp_activation_of_pre, expect="activation_of_preactivation"),
+        WrongAnswer(_mlp_bias_mean, expect="bias_mean"),
+        WrongAnswer(lambda X, W1, b1, W2, b2, G_Z: {k: v for k, v in mlp_backward(X, W1, b1, W2, b2, G_Z).items()
+                                                    if k != "b1"}, expect="structure"),
+    ),
+))
+
+# --- 02.softplus -------------------------------------------------------------
+
+
+class Softplus(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return F.softplus(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return grad_output * torch.sigmoid(x)  # the VJP: incoming gradient times softplus'(x)
+
+
+def _softplus_inputs(seed, hidden):
+    generator = torch.Generator().manual_seed(seed)
+    shape = (3, 4) if hidden else (5,)
+    return (_randn(generator, *shape).requires_grad_(),)
+
+
+def _softplus_with_backward(backward):
+    """A Softplus whose backward is ``backward(x, grad_output)``: a wrong answer of the bank."""
+    class WrongSoftplus(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return F.softplus(x)
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            (x,) = ctx.saved_tensors
+            return backward(x, grad_output)
+    return WrongSoftplus
+
+
+register(Exercise(
+    id="02.softplus",
+    title="A custom Function that passes gradcheck",
+    answer_name="Softplus",
+    reference=Softplus,
+    inputs=_softplus_inputs,
+    compare=("value", "grad"),
+    gradcheck=True,
+    hints=(
+        "forward: ctx.save_for_backward(x), then return torch.log1p(torch.exp(x)) or F.softplus(x).",
+        "backward: (x,) = ctx.saved_tensors; the local derivative is torch.sigmoid(x).",
+        "Return grad_output * torch.sigmoid(x): the incoming gradient times the local derivative.",
+    ),
+    wrong_answers=(
+        WrongAnswer(_softplus_with_backward(lambda x, g: -g * torch.sigmoid(x)), expect="sign_flipped"),
+        WrongAnswer(_softplus_with_backward(lambda x, g: 2 * g * torch.sigmoid(x)), expect="doubled"),
+        WrongAnswer(_softplus_with_backward(lambda x, g: torch.sigmoid(x)), expect="wrong_value"),
+        WrongAnswer(_softplus_with_backward(lambda x, g: g * torch.exp(x)), expect="wrong_value"),
+    ),
+))
+
+# --- 02.pick_gradient --------------------------------------------------------
+
+
+def pick_gradient_reference():
+    """The cotangent whose VJP is the gradient of 3 * y[0] - y[2]: its weights, one per output."""
+    return torch.tensor([3.0, 0.0, -1.0])
+
+
+def _is(values):
+    return lambda s, r, args: torch.is_tensor(s) and s.shape == (3,) and torch.equal(s.float(), torch.tensor(values))
+
+
+register(Exercise(
+    id="02.pick_gradient",
+    title="Pick the gradient= argument",
+    answer_name="g",
+    kind="value",
+    reference=pick_gradient_reference,
+    solution_code="g = torch.tensor([3.0, 0.0, -1.0])",
+    hints=(
+        "y.backward(gradient=g) computes the gradient of (g * y).sum(), the weighted sum of the outputs.",
+        "You want 3 * y[0] + 0 * y[1] - 1 * y[2]: read off one weight per element of y.",
+    ),
+    misconceptions=(
+        Misconception("reversed",
+                      "The weights are in the wrong order: g[i] multiplies y[i].",
+                      _is([-1.0, 0.0, 3.0])),
+        Misconception("ones_cotangent",
+                      "All ones gives the gradient of y.sum(); the weights should be those of 3 * y[0] - y[2].",
+                      _is([1.0, 1.0, 1.0])),
+    ),
+    wrong_answers=(
+        WrongAnswer(torch.tensor([-1.0, 0.0, 3.0]), expect="reversed"),
+        WrongAnswer(torch.tensor([1.0, 1.0, 1.0]), expect="ones_cotangent"),
+        WrongAnswer(torch.tensor([-3.0, 0.0, 1.0]), expect="sign_flipped"),
+        WrongAnswer(torch.tensor([3.0, -1.0]), expect="shape"),
+    ),
+))
