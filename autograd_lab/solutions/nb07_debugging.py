@@ -1,0 +1,217 @@
+"""Exercises of notebook 07 (debugging): diagnose broken loops, optimizer coverage, the NaN source."""
+
+import torch
+import torch.nn as nn
+
+from autograd_lab.exercises import Exercise, Misconception, WrongAnswer, register
+
+# --- 07.diagnose ------------------------------------------------------------------
+
+DIAGNOSIS = {"A": "zero_grad_after_backward", "B": "graph_cut", "C": "missing_from_optimizer"}
+
+
+def diagnosis():
+    # A: zero_grad() sits between backward() and step(), so step() sees no gradient.
+    # B: torch.tensor(pred) copies the prediction out of the graph: .grad stays None.
+    # C: the optimizer was built over model[0] only: the last layer never moves.
+    return dict(DIAGNOSIS)
+
+
+def _says(loop, wrong_cause):
+    return lambda student, reference, args: isinstance(student, dict) and student.get(loop) == wrong_cause
+
+
+register(Exercise(
+    id="07.diagnose",
+    title="Diagnose three broken training loops",
+    kind="value",
+    answer_name="diagnosis",
+    reference=diagnosis,
+    solution_code=f"diagnosis = {DIAGNOSIS!r}",
+    hints=(
+        "Run the triage checks of this notebook on each loop: is .grad None, is it zero at step(), "
+        "which parameters does the optimizer hold?",
+        "Loop A calls zero_grad() every step: look at where. Loop B builds its loss from torch.tensor(...). "
+        "Loop C builds its optimizer from part of the model.",
+    ),
+    misconceptions=(
+        Misconception("missing_zero_grad",
+                      "Loop A does call zero_grad(): the bug is where. Between backward() and step() it "
+                      "clears the gradient that step() needed, so the weights never move.",
+                      _says("A", "no_zero_grad")),
+        Misconception("frozen_not_cut",
+                      "Loop B freezes nothing: torch.tensor(pred) copies the prediction into a new leaf "
+                      "with no history, so backward never reaches the model (.grad stays None).",
+                      _says("B", "frozen_parameter")),
+        Misconception("learning_rate",
+                      "Loop C's learning rate is fine for the first layer, which moves; the last layer is "
+                      "not in the optimizer's param groups, so step() never touches it.",
+                      _says("C", "learning_rate_too_small")),
+    ),
+    wrong_answers=(
+        WrongAnswer(dict(DIAGNOSIS, A="no_zero_grad"), expect="missing_zero_grad"),
+        WrongAnswer(dict(DIAGNOSIS, B="frozen_parameter"), expect="frozen_not_cut"),
+        WrongAnswer(dict(DIAGNOSIS, C="learning_rate_too_small"), expect="learning_rate"),
+        WrongAnswer({"A": DIAGNOSIS["A"], "B": DIAGNOSIS["B"]}, expect="structure", note="loop C missing"),
+    ),
+))
+
+
+# --- 07.coverage --------------------------------------------------------------------
+
+def coverage(model, optimizer):
+    optimised = {id(p) for group in optimizer.param_groups for p in group["params"]}  # identity, not ==
+    named = list(model.named_parameters())
+    return {
+        "missing": [name for name, p in named if p.requires_grad and id(p) not in optimised],
+        "frozen": [name for name, p in named if not p.requires_grad and id(p) in optimised],
+    }
+
+
+def _coverage_inputs(seed, hidden):
+    generator = torch.Generator().manual_seed(seed)
+    sizes = [3, 5, 4, 2, 1] if hidden else [3, 4, 2, 1]
+    model = nn.Sequential(*[nn.Linear(a, b) for a, b in zip(sizes, sizes[1:])])
+    left_out, frozen_inside = torch.randperm(len(model), generator=generator)[:2].tolist()
+    model[left_out].bias.requires_grad_(False)       # frozen and not optimised: fine
+    model[frozen_inside].weight.requires_grad_(False)  # frozen but optimised: reported
+    params = [p for i, layer in enumerate(model) if i != left_out for p in layer.parameters()]
+    return model, torch.optim.SGD(params, lr=0.1)
+
+
+def _by_requires_grad_only(model, optimizer):
+    return {"missing": [], "frozen": [name for name, p in model.named_parameters() if not p.requires_grad]}
+
+
+def _frozen_counted_missing(model, optimizer):
+    optimised = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    return {"missing": [name for name, p in model.named_parameters() if id(p) not in optimised],
+            "frozen": [name for name, p in model.named_parameters() if not p.requires_grad and id(p) in optimised]}
+
+
+def _membership_by_value(model, optimizer):
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    return {"missing": [name for name, p in model.named_parameters() if p.requires_grad and p not in params],
+            "frozen": [name for name, p in model.named_parameters() if not p.requires_grad and p in params]}
+
+
+def _lists(student):
+    return isinstance(student, dict) and set(student) == {"missing", "frozen"}
+
+
+def _ignores_groups(student, reference, args):
+    return _lists(student) and student["missing"] == [] and reference["missing"] != []
+
+
+def _frozen_as_missing(student, reference, args):
+    return (_lists(student) and student["frozen"] == reference["frozen"]
+            and set(student["missing"]) > set(reference["missing"]))
+
+
+register(Exercise(
+    id="07.coverage",
+    title="Which parameters does the optimizer miss?",
+    answer_name="coverage",
+    reference=coverage,
+    inputs=_coverage_inputs,
+    hints=(
+        "Collect the parameters of every group: [p for group in optimizer.param_groups for p in group['params']].",
+        "Compare tensors by identity (id(p)); `p in some_list` compares values and raises for tensors.",
+        "missing: requires_grad and not in the optimizer. frozen: not requires_grad and in the optimizer.",
+    ),
+    misconceptions=(
+        Misconception("ignores_param_groups",
+                      "Your 'missing' list is empty, but some trainable parameters are in no param group: "
+                      "look at optimizer.param_groups, not only at requires_grad.",
+                      _ignores_groups),
+        Misconception("frozen_counted_missing",
+                      "A frozen parameter (requires_grad=False) that the optimizer does not hold is not "
+                      "missing: it is not meant to train. Only trainable parameters can be missing.",
+                      _frozen_as_missing),
+    ),
+    wrong_answers=(
+        WrongAnswer(_by_requires_grad_only, expect="ignores_param_groups"),
+        WrongAnswer(_frozen_counted_missing, expect="frozen_counted_missing"),
+        WrongAnswer(_membership_by_value, expect="error", note="`p in list` compares values"),
+    ),
+))
+
+
+# --- 07.nan_source ------------------------------------------------------------------
+
+def nan_source(f, x):
+    x = x.detach().clone().requires_grad_()
+    try:
+        with torch.autograd.detect_anomaly(check_nan=True):
+            f(x).backward()
+    except RuntimeError as error:
+        # "Function 'DivBackward0' returned nan values in its 1th output."
+        return str(error).split("'")[1]
+    return None
+
+
+def _norm_of(x):
+    return torch.sqrt((x ** 2).sum())
+
+
+def _ratio_of(x):
+    return (x / x).sum()
+
+
+_CASES = (_norm_of, _ratio_of, _norm_of, _ratio_of)
+
+
+def _nan_source_inputs(seed, hidden):
+    generator = torch.Generator().manual_seed(seed)
+    f = _CASES[seed % len(_CASES)]
+    x = torch.randn(5 if hidden else 3, generator=generator)
+    if f is _norm_of:
+        x = torch.zeros_like(x)          # the norm of a zero vector: sqrt at 0
+    else:
+        x[0] = 0.0                       # one 0 / 0
+    return f, x
+
+
+def _forward_check(f, x):
+    # Wrong: looks only at the forward value, which is finite for sqrt at 0.
+    return "forward" if not torch.isfinite(f(x)).all() else None
+
+
+def _last_op_of_forward(f, x):
+    x = x.detach().clone().requires_grad_()
+    return type(f(x).grad_fn).__name__
+
+
+def _always_none(f, x):
+    return None
+
+
+def _blames_forward(student, reference, args):
+    return student is None or student == "forward"
+
+
+register(Exercise(
+    id="07.nan_source",
+    title="Locate the op whose backward produced NaN",
+    answer_name="nan_source",
+    reference=nan_source,
+    inputs=_nan_source_inputs,
+    public_seeds=(0, 1, 2),
+    hidden_seeds=(101, 102, 103),
+    hints=(
+        "Run f(x).backward() inside `with torch.autograd.detect_anomaly():` on a leaf copy of x.",
+        "Anomaly mode raises RuntimeError: \"Function 'XBackward0' returned nan values in its ...th output.\" "
+        "Catch it and return the name between the first pair of quotes.",
+    ),
+    misconceptions=(
+        Misconception("forward_only",
+                      "The forward value can be finite while backward makes NaN (sqrt at 0 has an infinite "
+                      "slope; 0 * inf is NaN). Run backward under torch.autograd.detect_anomaly() instead.",
+                      _blames_forward),
+    ),
+    wrong_answers=(
+        WrongAnswer(_forward_check, expect="forward_only"),
+        WrongAnswer(_always_none, expect="forward_only"),
+        WrongAnswer(_last_op_of_forward, expect="wrong_value", note="the last op of forward, not the culprit"),
+    ),
+))
