@@ -25,6 +25,7 @@ import io
 import os
 import queue
 import re
+import tempfile
 import socket
 import time
 import traceback
@@ -81,6 +82,18 @@ def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((LOOPBACK, 0))
         return probe.getsockname()[1]
+
+
+def single_process_group():
+    """Make this process a gloo group of one (world size 1), once; used to check DDP code in-process.
+
+    The rendezvous is a file in a temporary folder, so nothing listens on the network.
+    """
+    if not dist.is_initialized():
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback_interface())
+        rendezvous = os.path.join(tempfile.mkdtemp(prefix="autograd-lab-"), "store")
+        dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=0, world_size=1)
+    return dist.group.WORLD
 
 
 def _worker(rank, world_size, port, collective_timeout, scenario, kwargs, outbox):

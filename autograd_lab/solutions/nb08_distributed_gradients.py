@@ -1,0 +1,214 @@
+"""Exercises of notebook 08 (distributed gradients): gradient scale, rank shards, a no_sync loop."""
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from autograd_lab.distributed import single_process_group
+from autograd_lab.exercises import Exercise, Misconception, WrongAnswer, register
+
+# --- 08.grad_scale --------------------------------------------------------------------
+
+# The setups of the notebook: 2 ranks, K = 4 micro-batches of B = 3 rows per rank.
+GRAD_SCALE = {"A": 4, "B": 1, "C": 3}
+
+
+def grad_scale():
+    # A: mean loss, no / K: K accumulated micro-batch means, averaged over ranks -> K.
+    # B: mean loss / K: exactly the global-batch mean -> 1.
+    # C: sum loss / K: each micro-batch contributes B rows' sum instead of their mean -> B.
+    return dict(GRAD_SCALE)
+
+
+def _scaled_by(factor):
+    def detect(student, reference, args):
+        return (isinstance(student, dict) and set(student) == set(reference)
+                and all(abs(student[key] - factor * reference[key]) < 1e-9 for key in reference))
+    return detect
+
+
+def _accumulation_averaged(student, reference, args):
+    return isinstance(student, dict) and student.get("A") == 1
+
+
+register(Exercise(
+    id="08.grad_scale",
+    title="Predict the gradient scale of DDP with accumulation",
+    kind="value",
+    answer_name="grad_scale",
+    reference=grad_scale,
+    solution_code=f"grad_scale = {GRAD_SCALE!r}",
+    hints=(
+        "DDP averages the gradients of the ranks; it never sums them.",
+        "Accumulation adds the gradients of the micro-batches: K means added up are K times a mean.",
+        "A sum over B rows is B times their mean.",
+    ),
+    misconceptions=(
+        Misconception("ddp_sums",
+                      "Every factor is twice the truth: DDP averages the ranks' gradients (it divides the "
+                      "all-reduced sum by the world size), so ranks never multiply the scale.",
+                      _scaled_by(2)),
+        Misconception("accumulation_averages",
+                      "Setup A is not 1: backward() adds into .grad, so K micro-batch means accumulate to "
+                      "K times the mean unless each loss is divided by K.",
+                      _accumulation_averaged),
+    ),
+    wrong_answers=(
+        WrongAnswer({"A": 8, "B": 2, "C": 6}, expect="ddp_sums"),
+        WrongAnswer({"A": 1, "B": 1, "C": 3}, expect="accumulation_averages"),
+        WrongAnswer({"A": 4, "B": 1, "C": 12}, expect="wrong_value", note="C confused with K * B"),
+    ),
+))
+
+
+# --- 08.shard ------------------------------------------------------------------------------
+
+def shard(n, world_size, rank):
+    padded = list(range(n)) * (-(-world_size // max(n, 1)) + 1)    # room for padding when n < world_size
+    total = -(-n // world_size) * world_size                          # round n up to a multiple
+    return padded[:total][rank::world_size]                           # every world_size-th index
+
+
+def _shard_inputs(seed, hidden):
+    generator = torch.Generator().manual_seed(seed)
+    world_size = int(torch.randint(2, 5 if hidden else 4, (), generator=generator))
+    n = int(torch.randint(world_size + 1, 23, (), generator=generator))
+    if n % world_size == 0:
+        n += 1                                                        # make padding necessary
+    rank = int(torch.randint(world_size, (), generator=generator))
+    return n, world_size, rank
+
+
+def _contiguous(n, world_size, rank):
+    share = -(-n // world_size)
+    return list(range(n))[rank * share:(rank + 1) * share]
+
+
+def _no_padding(n, world_size, rank):
+    return list(range(n))[rank::world_size]
+
+
+def _is_contiguous(student, reference, args):
+    return isinstance(student, list) and len(student) > 1 and all(
+        b - a == 1 for a, b in zip(student, student[1:]))
+
+
+def _same_as_unpadded(student, reference, args):
+    return isinstance(student, list) and student == _no_padding(*args) and len(student) != len(reference)
+
+
+register(Exercise(
+    id="08.shard",
+    title="Which indices does DistributedSampler(shuffle=False) give a rank?",
+    answer_name="shard",
+    reference=shard,
+    inputs=_shard_inputs,
+    hints=(
+        "Compare with list(DistributedSampler(range(n), num_replicas=world_size, rank=rank, shuffle=False)).",
+        "Every rank gets the same number of indices, ceil(n / world_size): the list is padded by "
+        "repeating indices from its start.",
+        "After padding, rank r takes every world_size-th index starting at r: padded[rank::world_size].",
+    ),
+    misconceptions=(
+        Misconception("contiguous",
+                      "DistributedSampler does not give each rank a contiguous block: it deals the indices "
+                      "out in turn (rank r gets r, r + world_size, ...).",
+                      _is_contiguous),
+        Misconception("no_padding",
+                      "Every rank must get the same number of samples, or the ranks would run different "
+                      "numbers of steps and one would wait for the others' all-reduce forever. The sampler "
+                      "pads with indices from the start.",
+                      _same_as_unpadded),
+    ),
+    wrong_answers=(
+        WrongAnswer(_contiguous, expect="contiguous"),
+        WrongAnswer(_no_padding, expect="no_padding"),
+    ),
+))
+
+
+# --- 08.no_sync_loop -------------------------------------------------------------------------
+
+def accumulate(model, micro_batches):
+    k = len(micro_batches)
+    for step, (x, y) in enumerate(micro_batches):
+        if step < k - 1:
+            with model.no_sync():                        # forward AND backward inside no_sync
+                (F.mse_loss(model(x), y) / k).backward()
+        else:
+            (F.mse_loss(model(x), y) / k).backward()     # the last backward all-reduces once
+
+
+def _count_allreduces(counter):
+    """The default averaging all-reduce, counting each call in a tensor the check compares."""
+    def hook(state, bucket):
+        counter.add_(1)
+        tensor = bucket.buffer().div_(dist.get_world_size())
+        return dist.all_reduce(tensor, async_op=True).get_future().then(lambda fut: fut.value()[0])
+    return hook
+
+
+def _no_sync_inputs(seed, hidden):
+    single_process_group()
+    generator = torch.Generator().manual_seed(seed)
+    k = 5 if hidden else 4
+    torch.manual_seed(seed)
+    module = nn.Linear(3, 2)
+    # A frozen parameter, not a buffer: DDP leaves it alone and the check compares parameters.
+    module.gradient_allreduces = nn.Parameter(torch.zeros((), dtype=torch.int64), requires_grad=False)
+    model = DDP(module)
+    model.register_comm_hook(None, _count_allreduces(module.gradient_allreduces))
+    batches = [(torch.randn(2, 3, generator=generator), torch.randn(2, 2, generator=generator))
+               for _ in range(k)]
+    return model, batches
+
+
+def _forward_outside(model, micro_batches):
+    k = len(micro_batches)
+    for step, (x, y) in enumerate(micro_batches):
+        loss = F.mse_loss(model(x), y) / k               # wrong: this forward prepares an all-reduce
+        if step < k - 1:
+            with model.no_sync():
+                loss.backward()
+        else:
+            loss.backward()
+
+
+def _no_division(model, micro_batches):
+    k = len(micro_batches)
+    for step, (x, y) in enumerate(micro_batches):
+        if step < k - 1:
+            with model.no_sync():
+                F.mse_loss(model(x), y).backward()
+        else:
+            F.mse_loss(model(x), y).backward()
+
+
+def _never_synced(model, micro_batches):
+    with model.no_sync():
+        for x, y in micro_batches:
+            (F.mse_loss(model(x), y) / len(micro_batches)).backward()
+
+
+register(Exercise(
+    id="08.no_sync_loop",
+    title="Fix a no_sync accumulation loop",
+    answer_name="accumulate",
+    reference=accumulate,
+    inputs=_no_sync_inputs,
+    compare=("value", "args"),
+    hints=(
+        "The given loop computes the loss outside `with model.no_sync():`. DDP decides whether to "
+        "all-reduce when the forward runs.",
+        "Put the forward and the backward of every micro-batch but the last inside no_sync(); run the "
+        "last one normally so that its backward all-reduces once.",
+        "Divide each micro-batch loss by the number of micro-batches, so the sum is the batch mean.",
+    ),
+    wrong_answers=(
+        WrongAnswer(_forward_outside, expect="wrong_value", note="all-reduces every micro-batch"),
+        WrongAnswer(_never_synced, expect="wrong_value", note="never all-reduces"),
+        WrongAnswer(_no_division, expect="scaled"),
+    ),
+))
