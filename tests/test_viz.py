@@ -477,3 +477,50 @@ def test_graph_holds_no_tensors():
         elif hasattr(item, "__dict__"):
             stack.append(item.__dict__)
     assert seen > 10
+
+
+def test_frames_are_a_lazy_sequence():
+    loss = rnn_loss(30)
+    t = trace_backward(loss)
+    assert len(t.frames) == len(t.order) > 100
+    assert t.frames._cache == {}                                # nothing built up front
+    last = t.frames[-1]
+    assert last is t.frames[len(t.order) - 1]
+    assert [f.title for f in t.frames[:2]] == [f"step 1 of {len(t.order)}: SumBackward0",
+                                               f"step 2 of {len(t.order)}: TanhBackward0"]
+    with pytest.raises(IndexError, match="out of range"):
+        t.frames[len(t.order)]
+
+
+def test_trace_shows_a_slider_when_ipywidgets_is_installed(monkeypatch):
+    shown = []
+
+    class Widget:
+        def __init__(self, *args, **kwargs):
+            self.args, self.kwargs, self.observers = args, kwargs, []
+
+        def observe(self, fn, names):
+            self.observers.append(fn)
+
+        def clear_output(self, wait=False):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    fake = type(sys)("ipywidgets")
+    fake.IntSlider = fake.Output = fake.VBox = Widget
+    monkeypatch.setitem(sys.modules, "ipywidgets", fake)
+    monkeypatch.setattr("IPython.display.display", lambda *objs, **kw: shown.extend(objs))
+    x = torch.randn(2, requires_grad=True)
+    t = trace_backward((x * 3).sum())
+    t._ipython_display_()
+    box = shown[-1]
+    slider, _ = box.args[0]
+    assert slider.kwargs["max"] == len(t.order) == 3
+    assert shown[0] is t.frames[0]                              # the first frame is shown at once
+    slider.observers[0]({"new": 3})
+    assert shown[-1] is t.frames[2]

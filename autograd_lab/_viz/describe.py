@@ -12,6 +12,11 @@ _VERSIONS = re.compile(r"is at version (\d+); expected version (\d+)")
 
 
 def shape_text(shape):
+    return _shape_text(tuple(shape))
+
+
+@lru_cache(maxsize=4096)
+def _shape_text(shape):
     return "(" + ", ".join(str(int(d)) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 

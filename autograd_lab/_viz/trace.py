@@ -15,7 +15,7 @@ from . import describe
 from .layout import LayoutError
 from .walk import truncate
 
-MAX_STATIC_FRAMES = 40
+MAX_STATIC_FRAMES = 24
 
 
 @dataclass
@@ -91,6 +91,35 @@ def _backward(tensors, gradient, retain_graph, create_graph):
                                     create_graph=True)
 
 
+class Frames:
+    """``trace.frames``: a read-only sequence whose frames are built when first looked at.
+
+    A 100-step RNN runs hundreds of backward steps; building every frame up front
+    would copy the whole graph hundreds of times for pictures nobody may look at.
+    """
+
+    def __init__(self, build, count):
+        self._build = build
+        self._count = count
+        self._cache = {}
+
+    def __len__(self):
+        return self._count
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._count))]
+        if not -self._count <= index < self._count:
+            raise IndexError(f"frame {index} out of range: this backward ran {self._count} steps")
+        index %= self._count
+        if index not in self._cache:
+            self._cache[index] = self._build(index + 1)
+        return self._cache[index]
+
+    def __iter__(self):
+        return (self[i] for i in range(self._count))
+
+
 class Trace:
     """The recorded backward: ``order``, ``accumulations``, ``edge_grads``, ``frames``, ``graph``.
 
@@ -118,7 +147,7 @@ class Trace:
             if child is not None:
                 self._flows.append((step, (child, consumer), describe.values_text(grad)))
         self.graph = self._frame(len(self.order), current=False)
-        self.frames = [self._frame(k) for k in range(1, len(self.order) + 1)]
+        self.frames = Frames(self._frame, len(self.order))
 
     def _frame(self, upto, current=True):
         steps = {}

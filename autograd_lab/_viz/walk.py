@@ -50,6 +50,7 @@ class _Walker:
         self.queue = deque()          # (fn or None, consumer id, input number)
         self.constants = {}           # (consumer id, input number) -> tensor, when known
         self.parents = {}             # node id -> grad_fn whose backward created it
+        self.leaf_fields = {}         # AccumulateGrad -> fields of its node, reused for every use
 
     # -- nodes -------------------------------------------------------------
     def new_node(self, kind, label, **fields):
@@ -198,7 +199,12 @@ class _Walker:
         op_ids = self.result.op_ids
         if fn in op_ids and not self.options.split_leaves:
             return op_ids[fn]
-        node = self.leaf_node(fn.variable)
+        if fn in self.leaf_fields:
+            node = self.new_node("leaf", **self.leaf_fields[fn])
+        else:
+            node = self.leaf_node(fn.variable)
+            self.leaf_fields[fn] = {k: getattr(node, k) for k in ("label", "name", "shape", "cluster",
+                                                                 "value", "grad")}
         if fn not in op_ids:
             op_ids[fn] = node.id
             self.model.grad_fns.append("AccumulateGrad")

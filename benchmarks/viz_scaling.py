@@ -1,0 +1,175 @@
+"""Graph rendering at scale: autograd_lab.viz against torchviz 0.0.3, in one run.
+
+An RNN cell ``h = tanh(x_t @ Wx + h @ Wh + b)`` is unrolled T steps, so the three
+weights are shared by every step: the case where torchviz's layout explodes.
+For each T we time
+
+* traverse: building the graph description (``draw`` / ``make_dot``, no layout);
+* SVG: that plus graphviz's ``dot -Tsvg`` layout, what a notebook waits for.
+
+Ours is timed with the defaults a student gets (``max_nodes=1000``: larger graphs
+are summarised honestly) and, separately, drawing every node (``max_nodes=None``).
+torchviz runs in a subprocess killed after 60 s and is then reported as
+"> 60 s (capped)".  torchviz is optional: install it where this script looks,
+
+    python -m pip install --no-deps --target /tmp/peer-site torchviz==0.0.3
+
+(or set PEER_SITE), and it is reported as "not installed" when absent.
+
+Run:  .venv/bin/python benchmarks/viz_scaling.py [--steps 10 30 50 100 300 1000] [--cap 60]
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+
+import torch
+
+from autograd_lab import draw
+
+PEER_SITE = os.environ.get("PEER_SITE", "/tmp/peer-site")
+STEPS = (10, 30, 50, 100, 300, 1000)
+HIDDEN = 16
+
+RNN_SOURCE = f"""
+import torch
+
+def rnn_loss(steps, hidden={HIDDEN}):
+    torch.manual_seed(0)
+    Wx = torch.randn(4, hidden, requires_grad=True)
+    Wh = torch.randn(hidden, hidden, requires_grad=True)
+    b = torch.zeros(hidden, requires_grad=True)
+    h = torch.zeros(1, hidden)
+    for _ in range(steps):
+        h = torch.tanh(torch.randn(1, 4) @ Wx + h @ Wh + b)
+    return h.sum(), dict(Wx=Wx, Wh=Wh, b=b)
+"""
+exec(RNN_SOURCE)  # defines rnn_loss here; the peer's subprocess runs the very same text
+
+PEER_SCRIPT = RNN_SOURCE + """
+import json, sys, time
+sys.path.insert(0, {site!r})
+try:
+    from torchviz import make_dot
+except ImportError:
+    print(json.dumps({{"missing": True}}), flush=True)
+    sys.exit(0)
+loss, params = rnn_loss({steps})
+start = time.perf_counter()
+try:
+    graph = make_dot(loss, params=params)
+except RecursionError:
+    print(json.dumps({{"traverse_error": "RecursionError"}}), flush=True)
+    sys.exit(0)
+print(json.dumps({{"traverse": time.perf_counter() - start}}), flush=True)
+start = time.perf_counter()
+graph.pipe(format="svg")
+print(json.dumps({{"svg": time.perf_counter() - start}}), flush=True)
+"""
+
+
+def time_ours(steps, max_nodes, cap):
+    """(seconds to traverse, seconds to SVG, nodes drawn) for one fresh graph."""
+    loss, params = rnn_loss(steps)
+    start = time.perf_counter()
+    graph = draw(loss, params=params, max_nodes=max_nodes, layout_timeout=cap)
+    traverse = time.perf_counter() - start
+    try:
+        graph.svg()
+        svg = time.perf_counter() - start
+    except RuntimeError:          # LayoutError: graphviz ran past the cap
+        svg = None
+    return traverse, svg, len(graph.nodes)
+
+
+def best_of(runs, steps, max_nodes, cap):
+    """Best of ``runs`` (the machine is shared: the minimum is the least disturbed run)."""
+    results = [time_ours(steps, max_nodes, cap) for _ in range(runs)]
+    traverse = min(r[0] for r in results)
+    svgs = [r[1] for r in results if r[1] is not None]
+    return traverse, (min(svgs) if svgs else None), results[0][2]
+
+
+def time_peer(steps, cap):
+    """torchviz in its own process group, so that a capped run also kills its ``dot``."""
+    script = PEER_SCRIPT.format(site=PEER_SITE, steps=steps)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=cap)
+        capped = False
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        capped = True
+    result = {}
+    for line in out.splitlines():
+        result.update(json.loads(line))
+    result["capped"] = capped
+    return result
+
+
+def seconds(value):
+    return "-" if value is None else f"{value:.3f} s"
+
+
+def peer_cells(peer, cap):
+    if peer.get("missing"):
+        return "not installed", "not installed"
+    if "traverse_error" in peer:
+        return peer["traverse_error"], peer["traverse_error"]
+    capped = f"> {cap:g} s (capped)"
+    traverse = seconds(peer["traverse"]) if "traverse" in peer else capped
+    svg = seconds(peer["svg"]) if "svg" in peer else capped
+    return traverse, svg
+
+
+def machine():
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as info:
+            cpu = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
+    dot = subprocess.run(["dot", "-V"], capture_output=True, text=True).stderr.strip()
+    return (f"{cpu}, {os.cpu_count()} cores, load average {load} at the start; "
+            f"torch {torch.__version__}, {dot}, Python {platform.python_version()}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, nargs="+", default=list(STEPS))
+    parser.add_argument("--cap", type=float, default=60.0, help="seconds before a run is killed")
+    parser.add_argument("--runs", type=int, default=3, help="runs of ours per T (best is reported)")
+    args = parser.parse_args(argv)
+
+    print(f"Measured {datetime.date.today().isoformat()} on {machine()}.\n")
+    print("| T | nodes drawn (default) | ours: traverse | ours: SVG | ours: SVG, every node "
+          "| torchviz: traverse | torchviz + dot: SVG | SVG speed-up |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for steps in args.steps:
+        runs = args.runs if steps <= 300 else 1
+        traverse, svg, drawn = best_of(runs, steps, 1000, args.cap)
+        _, svg_all, total = best_of(runs, steps, None, args.cap)
+        peer = time_peer(steps, args.cap)
+        peer_traverse, peer_svg = peer_cells(peer, args.cap)
+        if "svg" in peer and svg:
+            speedup = f"{peer['svg'] / svg:.0f}x"
+        elif peer.get("capped") and svg:
+            speedup = f"> {args.cap / svg:.0f}x"
+        else:
+            speedup = "-"
+        all_cell = seconds(svg_all) if svg_all is not None else f"> {args.cap:g} s (capped)"
+        print(f"| {steps} | {drawn} of {total} | {seconds(traverse)} | {seconds(svg)} | {all_cell} "
+              f"| {peer_traverse} | {peer_svg} | {speedup} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
