@@ -16,6 +16,7 @@ objects, so keeping it around never keeps the autograd graph alive.  Node ids
 come from traversal order, so the same code always gives the same DOT text.
 """
 
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -144,9 +145,16 @@ def draw(*roots, params=None, view="grad_fn", show_saved=False, show_attrs=False
     ``show_saved`` / ``show_attrs``: saved tensors and op attributes.
     ``max_nodes``: draw at most this many nodes and summarise the rest.
     ``group_modules``: an ``nn.Module`` whose submodules become clusters; ``depth``
-    collapses every module deeper than that into one box.  ``strip_suffix``: write
-    ``Mul`` instead of ``MulBackward0``.  ``legend``: explain colours and shapes.
-    ``split_leaves``: draw each use of a shared leaf as its own node (keeps layout fast).
+    collapses each module at that depth (1 = top-level children) into one box.
+    ``strip_suffix``: write ``Mul`` instead of ``MulBackward0``.  ``legend``: explain
+    colours and shapes.  ``split_leaves``: draw each use of a shared leaf as its own
+    node (keeps graphviz's layout fast).  ``layout_timeout``: seconds graphviz may
+    take before the picture falls back to text with a message.
+
+    Nodes made by a ``create_graph=True`` backward are grouped under the op whose
+    backward made them when that backward ran under ``trace_backward(...,
+    create_graph=True)`` or ``torch.autograd.detect_anomaly()``: only then does
+    PyTorch record the parent.
     """
     result = _walk_roots(roots, params=params, view=view, show_saved=show_saved,
                          show_attrs=show_attrs, group_modules=group_modules,
@@ -170,11 +178,7 @@ def trace_backward(*roots, gradient=None, retain_graph=None, create_graph=False,
     record = record_backward(tensors, gradient=gradient, retain_graph=retain_graph,
                              create_graph=create_graph)
     after = walk(roots, names, options)
-
-    def make_graph(model, title):
-        return Graph(model, legend=legend, title=title)
-
-    return Trace(record, before, after, names, make_graph, truncate_to=max_nodes)
+    return Trace(record, before, after, names, partial(Graph, legend=legend), truncate_to=max_nodes)
 
 
 def diff(a, b):

@@ -20,19 +20,21 @@ def to_text(model):
     roots = [n.id for n in model.nodes if n.id not in consumed]
     nodes = model.by_id()
     lines, shown = [], set()
-    # Each entry: node id, the prefix of its own line, the prefix its children build on.
-    stack = [(root, "", "") for root in reversed(roots)]
+    # Each entry: node id, its consumer, the prefix of its own line, the prefix its children build on.
+    stack = [(root, None, "", "") for root in reversed(roots)]
     while stack:
-        node_id, line_prefix, child_prefix = stack.pop()
+        node_id, consumer, line_prefix, child_prefix = stack.pop()
+        flow = model.edge_labels.get((node_id, consumer))
+        suffix = f"  <- grad {flow}" if flow else ""
         if node_id in shown:
-            lines.append(f"{line_prefix}[{node_id}] (shown above)")
+            lines.append(f"{line_prefix}[{node_id}] (shown above){suffix}")
             continue
         shown.add(node_id)
-        lines.append(line_prefix + one_line(nodes[node_id]))
+        lines.append(line_prefix + one_line(nodes[node_id]) + suffix)
         children = inputs.get(node_id, [])
         for i in reversed(range(len(children))):
             last = i == len(children) - 1
-            stack.append((children[i], child_prefix + ("└─ " if last else "├─ "),
+            stack.append((children[i], node_id, child_prefix + ("└─ " if last else "├─ "),
                           child_prefix + ("   " if last else "│  ")))
     lines += model.notes
     return "\n".join(lines)

@@ -165,7 +165,7 @@ class Trace:
                 node.mark = "current"
         model.edge_labels = {edge: label for step, edge, label in self._flows if step <= upto}
         title = f"step {upto} of {len(self.order)}: {self.order[upto - 1]}" if current else None
-        return self._graph_factory(truncate(model, self._truncate_to), title)
+        return self._graph_factory(truncate(model, self._truncate_to), title=title)
 
     def text(self):
         lines = [f"step {k}: {name}" for k, name in enumerate(self.order, 1)]

@@ -9,6 +9,8 @@ node with a hundred long edges would make it explode.
 from collections import deque
 from dataclasses import dataclass, field
 
+import torch
+
 from . import describe
 from .model import Model, Node
 
@@ -53,8 +55,8 @@ class _Walker:
         self.leaf_fields = {}         # AccumulateGrad -> fields of its node, reused for every use
 
     # -- nodes -------------------------------------------------------------
-    def new_node(self, kind, label, **fields):
-        node = Node(id=f"n{len(self.model.nodes)}", kind=kind, label=label, **{"op": None, "name": None, **fields})
+    def new_node(self, kind, label, op=None, name=None, **fields):
+        node = Node(f"n{len(self.model.nodes)}", kind, op, name, label, **fields)
         self.model.nodes.append(node)
         return node
 
@@ -110,9 +112,10 @@ class _Walker:
         if tensor is None:
             return self.new_node("constant", "constant\nno grad", state="nograd")
         name = self.names.tensor_name(tensor)
-        label = f"{name or 'constant'} {describe.shape_text(tensor.shape)}\nno grad"
+        value = describe.values_text(tensor)
+        label = f"{name or 'constant'} {describe.shape_text(tensor.shape)}\n= {value}\nno grad"
         return self.new_node("constant", label, name=name, shape=tuple(tensor.shape), state="nograd",
-                             value=describe.values_text(tensor))
+                             value=value)
 
     def op_node(self, fn):
         name, output = self.names.output(fn)
@@ -170,7 +173,9 @@ class _Walker:
     def match_constants(self, fn, op_id, saved):
         """Pair inputs that need no gradient with the saved tensors that need none, when unambiguous."""
         missing = [i for i, (nf, _) in enumerate(fn.next_functions) if nf is None]
-        plain = [s.tensor for s in saved if s.tensor is not None and not s.tensor.requires_grad]
+        # A bool mask (torch.where) is saved but is never one of the op's inputs.
+        plain = [s.tensor for s in saved if s.tensor is not None and not s.tensor.requires_grad
+                 and s.tensor.dtype != torch.bool]
         if missing and len(missing) == len(plain):
             for i, tensor in zip(missing, plain):
                 self.constants[(op_id, i)] = tensor
