@@ -225,10 +225,10 @@ def _is(values):
 register(Exercise(
     id="02.pick_gradient",
     title="Pick the gradient= argument",
-    answer_name="g",
+    answer_name="cotangent",
     kind="value",
     reference=pick_gradient_reference,
-    solution_code="g = torch.tensor([3.0, 0.0, -1.0])",
+    solution_code="cotangent = torch.tensor([3.0, 0.0, -1.0])",
     hints=(
         "y.backward(gradient=g) computes the gradient of (g * y).sum(), the weighted sum of the outputs.",
         "You want 3 * y[0] + 0 * y[1] - 1 * y[2]: read off one weight per element of y.",
