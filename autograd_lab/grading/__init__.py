@@ -25,10 +25,8 @@ def main(args):
 
     options = Options(
         out=args.out, jobs=args.jobs, cell_timeout=args.cell_timeout, progress=not args.no_progress,
-        check_timeout=getattr(args, "check_timeout", 10.0),
-        submission_timeout=getattr(args, "submission_timeout", 900.0),
-        notebooks=tuple(getattr(args, "notebook", None) or ()),
-        memory_mb=getattr(args, "memory_mb", 2048),
+        check_timeout=args.check_timeout, submission_timeout=args.submission_timeout,
+        notebooks=tuple(args.notebook or ()), memory_mb=args.memory_mb,
     )
     if options.jobs < 1 or options.cell_timeout <= 0:
         print("autograd-lab grade: --jobs must be at least 1 and --cell-timeout positive.", file=sys.stderr)
