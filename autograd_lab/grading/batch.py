@@ -71,18 +71,20 @@ def grade_batch(arguments, options, stream=None):
     os.chmod(workroot, 0o711)  # sandbox users may reach their own folder, not list the others
     bar = ProgressBar(len(submissions), stream=stream, enabled=options.progress)
     done = []
+    pool = ThreadPoolExecutor(max_workers=max(1, options.jobs))
     try:
-        with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
-            futures = [pool.submit(_grade_one, slot, submission, notebooks[submission.student],
-                                   chosen, sandbox, workroot, options)
-                       for slot, submission in enumerate(submissions)]
-            for future in as_completed(futures):
-                report = future.result()
-                reports.write_student(options.out, report)
-                done.append(report)
-                bar.advance(report["student"], f"{report['score']:g}/{report['max_score']:g}",
-                            problem=bool(report["problems"]))
+        futures = [pool.submit(_grade_one, slot, submission, notebooks[submission.student],
+                               chosen, sandbox, workroot, options)
+                   for slot, submission in enumerate(submissions)]
+        for future in as_completed(futures):
+            report = future.result()
+            reports.write_student(options.out, report)
+            done.append(report)
+            bar.advance(report["student"], f"{report['score']:g}/{report['max_score']:g}",
+                        problem=bool(report["problems"]))
     finally:
+        # On Ctrl-C: start nothing new, let the running submissions finish, keep what is done.
+        pool.shutdown(wait=True, cancel_futures=True)
         ids = [exercise.id for exercise in chosen]
         reports.write_gradebook(options.out, done, ids)
         reports.write_item_analysis(options.out, done, ids)
