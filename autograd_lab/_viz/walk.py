@@ -113,7 +113,8 @@ class _Walker:
             return self.new_node("constant", "constant\nno grad", state="nograd")
         name = self.names.tensor_name(tensor)
         value = describe.values_text(tensor)
-        label = f"{name or 'constant'} {describe.shape_text(tensor.shape)}\n= {value}\nno grad"
+        shown = f"\n= {value}" if tensor.numel() <= describe.SMALL else ""
+        label = f"{name or 'constant'} {describe.shape_text(tensor.shape)}{shown}\nno grad"
         return self.new_node("constant", label, name=name, shape=tuple(tensor.shape), state="nograd",
                              value=value)
 
