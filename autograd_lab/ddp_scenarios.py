@@ -45,10 +45,10 @@ def grads_of(module):
     return {name: p.grad.detach().clone() for name, p in module.named_parameters() if p.grad is not None}
 
 
-def _counting_allreduce(counter):
-    """A DDP communication hook that does the default averaging all-reduce and counts the calls."""
+def counting_allreduce(on_call):
+    """A DDP communication hook: the default averaging all-reduce, calling ``on_call()`` each time."""
     def hook(state, bucket):
-        counter.append(bucket.index())
+        on_call()
         tensor = bucket.buffer().div_(dist.get_world_size())
         return dist.all_reduce(tensor, async_op=True).get_future().then(lambda fut: fut.value()[0])
     return hook
@@ -71,7 +71,7 @@ def accumulate(rank, world_size, micro_batches=4, micro_batch_size=2, use_no_syn
     """
     allreduces = []
     model = DDP(make_model())
-    model.register_comm_hook(None, _counting_allreduce(allreduces))
+    model.register_comm_hook(None, counting_allreduce(lambda: allreduces.append(1)))
     inputs, targets = make_data(micro_batches * micro_batch_size * world_size)
     x, y = rank_slice(inputs, rank, world_size), rank_slice(targets, rank, world_size)
     for step, (xb, yb) in enumerate(zip(x.split(micro_batch_size), y.split(micro_batch_size))):

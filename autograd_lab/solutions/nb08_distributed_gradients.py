@@ -1,11 +1,11 @@
 """Exercises of notebook 08 (distributed gradients): gradient scale, rank shards, a no_sync loop."""
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from autograd_lab.ddp_scenarios import counting_allreduce
 from autograd_lab.distributed import single_process_group
 from autograd_lab.exercises import Exercise, Misconception, WrongAnswer, register
 
@@ -141,15 +141,6 @@ def accumulate(model, micro_batches):
             (F.mse_loss(model(x), y) / k).backward()     # the last backward all-reduces once
 
 
-def _count_allreduces(counter):
-    """The default averaging all-reduce, counting each call in a tensor the check compares."""
-    def hook(state, bucket):
-        counter.add_(1)
-        tensor = bucket.buffer().div_(dist.get_world_size())
-        return dist.all_reduce(tensor, async_op=True).get_future().then(lambda fut: fut.value()[0])
-    return hook
-
-
 def _no_sync_inputs(seed, hidden):
     single_process_group()
     generator = torch.Generator().manual_seed(seed)
@@ -159,7 +150,7 @@ def _no_sync_inputs(seed, hidden):
     # A frozen parameter, not a buffer: DDP leaves it alone and the check compares parameters.
     module.gradient_allreduces = nn.Parameter(torch.zeros((), dtype=torch.int64), requires_grad=False)
     model = DDP(module)
-    model.register_comm_hook(None, _count_allreduces(module.gradient_allreduces))
+    model.register_comm_hook(None, counting_allreduce(lambda: module.gradient_allreduces.add_(1)))
     batches = [(torch.randn(2, 3, generator=generator), torch.randn(2, 2, generator=generator))
                for _ in range(k)]
     return model, batches
