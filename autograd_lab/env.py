@@ -6,19 +6,18 @@ import torch
 
 
 def seed(value=0):
-    """Seed Python, NumPy (when installed) and torch on every device; return the seed.
+    """Seed Python, NumPy (when installed) and torch on every device.
 
     Every notebook calls this in its first code cell so that two runs print the
-    same numbers.
+    same numbers.  It returns nothing, so that cell shows no stray output.
     """
     random.seed(value)
     torch.manual_seed(value)  # also seeds every CUDA device
     try:
         import numpy
     except ImportError:
-        return value
+        return
     numpy.random.seed(value)
-    return value
 
 
 def pick_device():
