@@ -76,6 +76,97 @@ register(Exercise(
     ),
 ))
 
+# --- 01.count_nodes ----------------------------------------------------------
+
+
+def count_nodes(output):
+    counts, visited, stack = {}, set(), [output.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in visited:  # None: an input that needs no gradient
+            continue
+        visited.add(node)                    # a node reached along two paths counts once
+        name = type(node).__name__
+        counts[name] = counts.get(name, 0) + 1
+        stack.extend(child for child, _ in node.next_functions)
+    return counts
+
+
+def _count_inputs(seed, hidden):
+    """A graph in which one intermediate feeds several later ops; its depth depends on the seed."""
+    generator = torch.Generator().manual_seed(seed)
+    a = torch.randn(3, generator=generator).requires_grad_()
+    b = torch.randn(3, generator=generator).requires_grad_()
+    data = torch.randn(3, generator=generator)
+    h = torch.tanh(a * data) if hidden else a * b
+    for _ in range(1 + seed % 3):
+        h = h * b + a
+    return ((h * h + h.exp()).sum(),)
+
+
+def _count_every_path(output):
+    """Naive recursion: a shared node is counted once per path that reaches it."""
+    counts = {}
+
+    def visit(node):
+        if node is None:
+            return
+        name = type(node).__name__
+        counts[name] = counts.get(name, 0) + 1
+        for child, _ in node.next_functions:
+            visit(child)
+    visit(output.grad_fn)
+    return counts
+
+
+def _overcounted(student, reference, args):
+    """Same node classes, never fewer, sometimes more: shared nodes counted once per path.
+
+    The detector sees only the inputs' values (their graphs are not recorded), so it
+    recognises the pattern rather than recomputing the naive count.
+    """
+    return (isinstance(student, dict) and student.keys() == reference.keys()
+            and all(student[k] >= reference[k] for k in reference)
+            and any(student[k] > reference[k] for k in reference))
+
+
+def _count_without_leaves(output):
+    counts = count_nodes(output)
+    counts.pop("AccumulateGrad", None)
+    return counts
+
+
+register(Exercise(
+    id="01.count_nodes",
+    title="Walk the graph and count its nodes",
+    answer_name="count_nodes",
+    reference=count_nodes,
+    inputs=_count_inputs,
+    hints=(
+        "Start from output.grad_fn and follow node.next_functions, a tuple of (node, input_number) pairs; "
+        "skip the None entries.",
+        "Count type(node).__name__ for each node. AccumulateGrad nodes count too.",
+        "A node can be reached along several paths (h is used three times). Keep a set of visited nodes: "
+        "reaching the same node again gives the very same Python object, so `node in visited` works.",
+    ),
+    misconceptions=(
+        Misconception("counted_twice",
+                      "Some nodes were counted once per path that reaches them. The graph is a DAG, not a "
+                      "tree: a tensor used several times has one node with several parents. Keep a set of "
+                      "visited nodes.",
+                      _overcounted),
+        Misconception("missed_accumulate",
+                      "The AccumulateGrad nodes are missing: every leaf that requires grad has one, and it "
+                      "is a node of the graph like any other.",
+                      lambda s, r, args: s == {k: v for k, v in r.items() if k != "AccumulateGrad"}),
+    ),
+    wrong_answers=(
+        WrongAnswer(_count_every_path, expect="counted_twice"),
+        WrongAnswer(_count_without_leaves, expect="missed_accumulate"),
+        WrongAnswer(lambda output: {type(output.grad_fn).__name__: 1}, expect="structure"),
+    ),
+))
+
 # --- 01.saved_bytes ----------------------------------------------------------
 
 
