@@ -90,7 +90,7 @@ _GENERIC_PHRASES = {
     "dtype": ("expected dtype",),
     "device": ("expected device",),
     "state": ("expected requires_grad", "expected is_leaf", "expected grad_fn", "expected .grad",
-              "expected _version", "grad mode after", ".grad: expected None"),
+              "expected _version", "grad mode after", ": expected None, got a tensor"),
     "wrong_value": ("elements differ", "expected"),
     "gradcheck": ("gradcheck",),
     "error": ("raised",),

@@ -92,7 +92,7 @@ def _compare_grad_mode(student, reference):
 
 def _compare_args(student, reference, tolerance):
     for number, (s, r) in enumerate(zip(student["args_after"], reference["args_after"]), start=1):
-        finding = compare_values(s, r, f"argument {number} after the call", tolerance, grads=True)
+        finding = compare_values(s, r, f"argument {number}", tolerance, grads=True)
         if finding:
             return finding
     return None

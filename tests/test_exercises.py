@@ -1,0 +1,479 @@
+"""The exercise engine: check, results, misconceptions, hermetic runs, timeouts, hints, solutions."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from autograd_lab import exercises
+from autograd_lab._checking import registry
+from autograd_lab._checking.compare import grad_fn_family
+from autograd_lab.exercises import (
+    Exercise,
+    Misconception,
+    WrongAnswer,
+    check,
+    get,
+    hint,
+    judge,
+    observe,
+    register,
+    solution,
+)
+
+
+def cube_grad(x):
+    x = x.detach().requires_grad_()
+    (x ** 3).sum().backward()
+    return x.grad
+
+
+def stub(x):
+    raise NotImplementedError
+
+
+@pytest.fixture(autouse=True)
+def fresh_session(monkeypatch):
+    """No strict or graded mode unless a test asks; test exercises removed afterwards."""
+    for name in ("CI", "AUTOGRAD_LAB_STRICT", "AUTOGRAD_LAB_GRADING"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(exercises, "_attempted", set())
+    monkeypatch.setattr(exercises, "_hints_shown", {})
+    registry.load_all()
+    before = dict(registry._REGISTRY)
+    yield
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(before)
+    exercises._reference_cache.clear()
+
+
+def _vector_inputs(seed, hidden):
+    generator = torch.Generator().manual_seed(seed)
+    return (torch.randn(7 if hidden else 4, generator=generator, dtype=torch.float64),)
+
+
+def make(exercise_id="99.sample", **fields):
+    defaults = dict(title="A <b>sample</b> & co", answer_name="answer", reference=cube_grad,
+                    inputs=_vector_inputs, hints=("first", "second"))
+    return register(Exercise(id=exercise_id, **{**defaults, **fields}))
+
+
+# --- statuses, strict mode, reprs ------------------------------------------------
+
+def test_a_stub_is_not_attempted_and_never_raises_even_in_strict_mode(monkeypatch):
+    monkeypatch.setenv("AUTOGRAD_LAB_STRICT", "1")
+    result = check("00.cube_grad", stub)
+    assert result.status == "not attempted" and result.score == 0
+    assert result.misconception == "not_attempted"
+    assert "raise NotImplementedError" in result.messages[0]
+    assert check("00.needs_grad", ...).status == "not attempted"
+
+
+def test_the_reference_passes_with_honest_wording():
+    result = check("00.cube_grad", cube_grad)
+    assert result.status == "passed" and result.score == 1 and result.misconception is None
+    assert result.messages == ["3 public checks passed; hidden checks run when graded."]
+    value = check("00.needs_grad", {"w": True, "x": False, "b": True, "h": False})
+    assert value.messages == ["1 public check passed."]  # a value has no hidden variants to promise
+
+
+@pytest.mark.parametrize("variable,value", [("AUTOGRAD_LAB_STRICT", "1"), ("CI", "true")])
+def test_strict_mode_raises_on_failure_only(monkeypatch, variable, value):
+    monkeypatch.setenv(variable, value)
+    check("00.cube_grad", cube_grad)
+    with pytest.raises(AssertionError, match="doubled|twice"):
+        check("00.cube_grad", lambda x: 6 * x ** 2)
+
+
+def test_strict_mode_off_for_false_values(monkeypatch):
+    monkeypatch.setenv("CI", "false")
+    assert check("00.cube_grad", lambda x: None).status == "failed"
+
+
+def test_reprs_are_identical_on_every_run_and_free_of_addresses():
+    answers = [cube_grad, stub, lambda x: None, lambda x: 3 * x ** 2 + 1, lambda x: 1 / 0]
+    for answer in answers:
+        first, second = check("00.cube_grad", answer), check("00.cube_grad", answer)
+        assert repr(first) == repr(second) and first._repr_html_() == second._repr_html_()
+        assert first.to_dict() == second.to_dict()
+        assert "0x" not in repr(first) + first._repr_html_()
+        json.dumps(first.to_dict())
+
+
+def test_the_html_repr_is_escaped():
+    make()
+    html = check("99.sample", lambda x: "<script>")._repr_html_()
+    assert "<b>sample</b>" not in html and "&lt;b&gt;sample&lt;/b&gt; &amp; co" in html
+    assert "<script>" not in html
+
+
+def test_errors_are_reported_not_raised():
+    result = check("00.cube_grad", lambda x: 1 / 0)
+    assert result.status == "error" and result.misconception == "error"
+    assert "ZeroDivisionError: division by zero" in result.messages[0]
+    assert check("00.cube_grad", lambda x: sys.exit(3)).status == "error"
+    assert check("00.cube_grad", 42).status == "error"
+
+
+def test_a_not_implemented_error_from_torch_is_an_error_not_a_stub():
+    def uses_a_missing_kernel(x):
+        return torch.ops.aten._nested_tensor_size(x)  # raises inside torch on dense tensors
+
+    record = observe(get("00.cube_grad"), uses_a_missing_kernel, 0)
+    assert record["status"] in ("error",)
+
+
+# --- comparison and misconceptions ------------------------------------------------
+
+@pytest.mark.parametrize("answer,tag,phrase", [
+    (lambda x: 6 * x ** 2, "doubled", "exactly twice"),
+    (lambda x: -3 * x ** 2, "sign_flipped", "opposite sign"),
+    (lambda x: None, "none", "is None"),
+    (lambda x: torch.zeros_like(x), "all_zeros", "all zeros"),
+    (lambda x: 0.75 * x ** 2, "scaled", "0.25 times"),
+    (lambda x: 3 * x ** 2 + 1, "wrong_value", "worst absolute error is 1 "),
+    (lambda x: (3 * x ** 2)[:2], "shape", "expected shape (4,), got (2,)"),
+    (lambda x: (3 * x ** 2).float(), "dtype", "expected dtype torch.float64, got torch.float32"),
+    (lambda x: (3 * x ** 2).tolist(), "structure", "expected a tensor"),
+])
+def test_misconceptions_are_named(answer, tag, phrase):
+    result = check("00.cube_grad", answer)
+    assert result.status == "failed" and result.misconception == tag
+    assert phrase in result.messages[0], result.messages
+
+
+def test_shape_is_reported_before_values():
+    result = check("00.cube_grad", lambda x: torch.zeros(3, dtype=torch.float64))
+    assert result.misconception == "shape"
+
+
+def test_a_tolerance_error_passes_within_float64_tolerance():
+    assert check("00.cube_grad", lambda x: 3 * x ** 2 * (1 + 1e-12)).status == "passed"
+
+
+def test_custom_misconceptions_come_before_built_in_ones():
+    result = check("00.needs_grad", {"w": True, "x": True, "b": True, "h": True})
+    assert result.misconception == "non_leaf"
+    assert "retain_grad" in result.messages[0] and "requires_grad=True" in result.messages[0]
+
+
+def test_a_crashing_detector_counts_as_not_detected():
+    make(misconceptions=(Misconception("broken", "never shown", lambda s, r, a: 1 / 0),))
+    assert check("99.sample", lambda x: 6 * x ** 2).misconception == "doubled"
+
+
+def test_dict_answers_name_missing_and_extra_keys():
+    result = check("00.needs_grad", {"w": True, "b": True, "h": False, "y": True})
+    assert result.misconception == "structure"
+    assert "missing 'x'" in result.messages[0] and "unexpected 'y'" in result.messages[0]
+
+
+def test_grad_fn_names_are_compared_without_their_numeric_suffix():
+    assert grad_fn_family("MmBackward0") == grad_fn_family("MmBackward") == "MmBackward"
+    assert grad_fn_family(None) is None
+
+
+def _square(x):
+    return x ** 2
+
+
+def _leaf_inputs(seed, hidden):
+    generator = torch.Generator().manual_seed(seed)
+    return (torch.randn(3, generator=generator, dtype=torch.float64).requires_grad_(),)
+
+
+def test_state_comparison_catches_a_detached_output():
+    make(reference=_square, inputs=_leaf_inputs, compare=("value", "state"))
+    result = check("99.sample", lambda x: (x ** 2).detach())
+    assert result.misconception == "state"
+    assert "expected requires_grad True, got False" in result.messages[0]
+    assert check("99.sample", lambda x: x * x).status == "failed"  # MulBackward is not PowBackward
+    assert check("99.sample", lambda x: x.pow(2)).status == "passed"
+
+
+def test_state_comparison_tolerates_a_renumbered_grad_fn():
+    exercise = make(reference=_square, inputs=_leaf_inputs, compare=("value", "state"))
+    student = {0: observe(exercise, _square, 0)}
+    reference = {0: observe(exercise, _square, 0)}
+    reference[0]["output"]["grad_fn"] = "PowBackward"   # as an older PyTorch would name it
+    assert judge(exercise, student, reference).status == "passed"
+    reference[0]["output"]["grad_fn"] = "MulBackward0"
+    assert judge(exercise, student, reference).misconception == "state"
+
+
+def test_state_comparison_catches_grad_mode_left_off():
+    make(reference=_square, inputs=_leaf_inputs, compare=("value", "state"))
+
+    def leaves_grad_off(x):
+        y = x ** 2
+        torch.set_grad_enabled(False)
+        return y
+
+    result = check("99.sample", leaves_grad_off)
+    assert result.misconception == "state" and "grad mode" in result.messages[0]
+    assert torch.is_grad_enabled()
+
+
+def _step(parameter):
+    (parameter ** 2).sum().backward()
+
+
+def test_argument_comparison_catches_accumulated_gradients():
+    make(reference=_step, inputs=_leaf_inputs, compare=("args",))
+
+    def backward_twice(parameter):
+        _step(parameter)
+        _step(parameter)
+
+    result = check("99.sample", backward_twice)
+    assert result.misconception == "doubled"
+    assert "The .grad of argument 1 is exactly twice" in result.messages[0]
+
+
+class _Cube(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x ** 3
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * 3 * x ** 2
+
+
+class _CubeWrongBackward(_Cube):
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return -grad * 3 * x ** 2
+
+
+def test_gradient_comparison_backpropagates_through_the_answer():
+    make(reference=lambda x: x ** 3, inputs=_leaf_inputs, compare=("value", "grad"))
+    assert check("99.sample", _Cube).status == "passed"
+    wrong = check("99.sample", _CubeWrongBackward)
+    assert wrong.misconception == "sign_flipped" and "The gradient of input 1" in wrong.messages[0]
+    detached = check("99.sample", lambda x: x.detach() ** 3)
+    assert detached.misconception == "none" and "not connected" in detached.messages[0]
+
+
+def test_gradcheck_runs_in_float64_on_autograd_functions():
+    def float32_inputs(seed, hidden):  # gradcheck must still run in float64
+        return (torch.randn(3, generator=torch.Generator().manual_seed(seed)).requires_grad_(),)
+
+    make(reference=lambda x: x ** 3, inputs=float32_inputs, gradcheck=True)
+    assert check("99.sample", _Cube).status == "passed"
+    result = check("99.sample", _CubeWrongBackward)
+    assert result.misconception == "gradcheck" and "Jacobian mismatch" in result.messages[0]
+
+
+# --- hidden checks ---------------------------------------------------------------
+
+def test_hidden_checks_count_but_never_leak_their_inputs():
+    exercise = get("00.cube_grad")
+
+    def only_right_on_four(x):  # passes the public shape (4,), fails the hidden (7,)
+        return 3 * x ** 2 if x.numel() == 4 else 6 * x ** 2
+
+    seeds = exercise.public_seeds + exercise.hidden_seeds
+    result = judge(exercise, {s: observe(exercise, only_right_on_four, s) for s in seeds},
+                   {s: observe(exercise, cube_grad, s) for s in seeds})
+    text = repr(result) + result._repr_html_()
+    assert result.status == "failed" and result.misconception == "doubled"
+    assert (result.public_passed, result.hidden_passed, result.hidden_total) == (3, 0, 3)
+    assert result.score == 0.5
+    assert "3 of 3 hidden checks failed (doubled)" in text
+    assert "(7,)" not in text and "shape" not in text.replace("shapes;", "")
+
+
+def test_records_survive_a_weights_only_round_trip(tmp_path):
+    exercise = make(reference=_square, inputs=_leaf_inputs, compare=("value", "state", "args", "grad"))
+    record = observe(exercise, lambda x: {"y": x ** 2, "pair": (x, None, 1.5, "s")}, 0)
+    torch.save(record, tmp_path / "record.pt")
+    loaded = torch.load(tmp_path / "record.pt", weights_only=True)
+    assert loaded["output"]["__kind__"] == "dict"
+    assert torch.equal(loaded["output"]["items"]["y"]["value"], record["output"]["items"]["y"]["value"])
+    assert loaded["output"]["items"]["y"]["grad_fn"] == "PowBackward0"
+
+
+# --- hermetic checks -------------------------------------------------------------
+
+def test_the_session_is_restored_after_the_answer_changes_it():
+    torch.manual_seed(123)
+    expected_next = torch.rand(3)
+    torch.manual_seed(123)
+
+    def vandal(x):
+        torch.set_grad_enabled(False)
+        torch.set_default_dtype(torch.float64)
+        torch.set_anomaly_enabled(True)
+        torch.manual_seed(0)
+        torch.rand(100)
+        return cube_grad(x)
+
+    check("00.cube_grad", vandal)
+    assert torch.is_grad_enabled() and torch.get_default_dtype() == torch.float32
+    assert not torch.is_anomaly_enabled()
+    assert torch.equal(torch.rand(3), expected_next)
+
+
+def test_inputs_are_fresh_and_mutation_does_not_reach_the_reference():
+    def mutates(x):
+        x.mul_(100)
+        return None
+
+    exercise = get("00.cube_grad")
+    record = observe(exercise, mutates, 0)
+    assert torch.equal(record["inputs"][0]["value"], exercise.inputs(0, False)[0])
+    assert check("00.cube_grad", cube_grad).status == "passed"
+
+
+def test_a_shadowed_torch_function_changes_nothing(monkeypatch):
+    import torch.testing
+    check("00.cube_grad", cube_grad)  # the checker's imports are already bound
+    monkeypatch.setattr(torch, "allclose", lambda *a, **k: True)
+    monkeypatch.setattr(torch, "isclose", lambda a, b, **k: torch.ones_like(a, dtype=torch.bool))
+    monkeypatch.setattr(torch.testing, "assert_close", lambda *a, **k: None)
+    assert check("00.cube_grad", lambda x: 3 * x ** 2 + 1).status == "failed"
+
+
+def test_warnings_and_stderr_go_into_the_result(capfd):
+    def noisy(x):
+        y = x.detach().requires_grad_() * 1.0
+        y.sum().backward()
+        y.grad  # a non-leaf's .grad: PyTorch warns
+        print("to stderr", file=sys.stderr)
+        return cube_grad(x)
+
+    result = check("00.cube_grad", noisy)
+    captured = capfd.readouterr()
+    assert captured.err == ""
+    assert result.status == "passed"
+    assert any("UserWarning: The .grad attribute of a Tensor that is not a leaf" in m for m in result.messages)
+    assert any("stderr: to stderr" in m for m in result.messages)
+
+
+# --- timeouts --------------------------------------------------------------------
+
+def test_an_endless_loop_times_out_and_the_session_continues():
+    def endless(x):
+        while True:
+            try:
+                x = x + 1
+            except Exception:   # noqa: BLE001 - a student's broad except must not swallow the timeout
+                pass
+
+    started = time.perf_counter()
+    result = check("00.cube_grad", endless, timeout=0.3)
+    elapsed = time.perf_counter() - started
+    assert result.status == "timed out" and result.misconception == "timeout"
+    assert "time limit" in result.messages[0]
+    assert elapsed < 5  # one case timed out; the other two were not run
+    assert check("00.cube_grad", cube_grad).status == "passed"
+
+
+def test_a_bare_except_cannot_swallow_the_timeout():
+    # The alarm re-fires until the check regains control.  (A bare except inside an
+    # endless loop would catch every alarm: only killing the process stops that, which
+    # is the batch grader's job.)
+    def stubborn(x):
+        try:
+            while True:
+                pass
+        except BaseException:  # noqa: B036 - exactly what a careless student writes
+            pass
+        while True:
+            pass
+
+    assert check("00.cube_grad", stubborn, timeout=0.2).status == "timed out"
+
+
+def test_a_fast_answer_is_not_hit_by_a_late_alarm():
+    check("00.cube_grad", cube_grad, timeout=0.05)
+    time.sleep(0.2)  # a stray SIGALRM would raise here
+    assert check("00.cube_grad", cube_grad, timeout=None).status == "passed"
+
+
+# --- hints and solutions ---------------------------------------------------------
+
+def test_hints_come_one_by_one_and_stop_at_the_last():
+    make()
+    assert [hint("99.sample").number for _ in range(3)] == [1, 2, 2]
+    assert repr(hint("99.sample")) == "Hint 2 of 2 (the last one) for 99.sample: second"
+    make("99.bare", hints=())
+    assert "no hints" in repr(hint("99.bare"))
+    make("99.html", hints=("use <b>",))
+    assert "use &lt;b&gt;" in hint("99.html")._repr_html_()
+
+
+def test_the_solution_waits_for_a_first_attempt():
+    refused = solution("00.cube_grad")
+    assert not refused.available and "after your first attempt" in repr(refused)
+    check("00.cube_grad", stub)  # a stub is not an attempt
+    assert not solution("00.cube_grad").available
+    check("00.cube_grad", lambda x: None)
+    shown = solution("00.cube_grad")
+    assert shown.available and "def cube_grad(x):" in repr(shown) and "backward()" in shown.source
+
+
+def test_the_solution_is_refused_in_graded_mode(monkeypatch):
+    check("00.cube_grad", lambda x: None)
+    monkeypatch.setenv("AUTOGRAD_LAB_GRADING", "1")
+    refused = solution("00.cube_grad")
+    assert not refused.available and "graded" in repr(refused)
+
+
+def test_graded_mode_blocks_importing_the_solutions():
+    code = ("import autograd_lab.exercises as ex\n"
+            "r = ex.check('00.cube_grad', lambda x: 3 * x ** 2)\n"
+            "assert r.status == 'passed', r\n"
+            "try:\n"
+            "    import autograd_lab.solutions.nb00_start_here\n"
+            "except ImportError as error:\n"
+            "    print('blocked:', error)\n")
+    env = dict(os.environ, AUTOGRAD_LAB_GRADING="1")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "blocked: autograd_lab.solutions is not available while an assignment is being graded" in done.stdout
+
+
+# --- the registry ----------------------------------------------------------------
+
+def test_invalid_definitions_say_what_to_fix():
+    with pytest.raises(ValueError, match="two-digit notebook number"):
+        Exercise(id="cube", title="t", answer_name="a", reference=cube_grad, inputs=_vector_inputs)
+    with pytest.raises(TypeError, match="inputs="):
+        Exercise(id="99.a", title="t", answer_name="a", reference=cube_grad)
+    with pytest.raises(ValueError, match="solution_code"):
+        Exercise(id="99.a", title="t", answer_name="a", reference=dict, kind="value")
+    with pytest.raises(ValueError, match="compare"):
+        Exercise(id="99.a", title="t", answer_name="a", reference=cube_grad, inputs=_vector_inputs,
+                 compare=("values",))
+    with pytest.raises(TypeError, match="WrongAnswer"):
+        Exercise(id="99.a", title="t", answer_name="a", reference=cube_grad, inputs=_vector_inputs,
+                 wrong_answers=(lambda x: x,))
+
+
+def test_an_id_defined_in_two_modules_is_refused():
+    make()
+    make()  # the same module again (a reload) replaces it
+    namespace = {"__name__": "other_module", "register": register, "make_it": lambda: Exercise(
+        id="99.sample", title="t", answer_name="a", reference=cube_grad, inputs=_vector_inputs)}
+    with pytest.raises(ValueError, match="defined twice"):
+        exec("register(make_it())", namespace)
+
+
+def test_unknown_ids_list_the_known_ones():
+    with pytest.raises(KeyError, match="00.cube_grad"):
+        get("00.cube_gard")
+
+
+def test_wrong_answers_are_checked_by_the_bank():
+    exercise = get("00.cube_grad")
+    assert all(isinstance(item, WrongAnswer) for item in exercise.wrong_answers)
+    assert {item.expect for item in exercise.wrong_answers} >= {"doubled", "sign_flipped", "none", "scaled"}
