@@ -40,6 +40,7 @@ LOOPBACK = "127.0.0.1"
 _SOURCE_LOCATION = re.compile(r"^\[[^\]]*\.(cc|cpp|h):\d+\]\s*")
 # forkserver imports torch once and forks each rank from there (fast); spawn elsewhere.
 START_METHOD = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+_PRELOAD = ["autograd_lab.ddp_scenarios", "torch._dynamo"]
 
 
 class RankError(RuntimeError):
@@ -170,8 +171,9 @@ def _context():
     context = mp.get_context(START_METHOD)
     if START_METHOD == "forkserver":
         # Effective only before the server starts (the first launch): every later
-        # rank is forked with torch already imported, instead of importing it again.
-        context.set_forkserver_preload(["autograd_lab.ddp_scenarios"])
+        # rank is forked with these already imported, instead of importing them again.
+        # DDP's constructor imports torch._dynamo lazily (~800 modules, seconds per rank).
+        context.set_forkserver_preload(_PRELOAD)
     return context
 
 
