@@ -10,6 +10,7 @@ import torch
 
 from autograd_lab.exercises import Exercise, Misconception, WrongAnswer, register
 from autograd_lab.memory import saved_tensors
+from autograd_lab.solutions._mutants import mutant
 from autograd_lab.tiny_engine import Value
 
 # --- 01.who_gets_grad --------------------------------------------------------
@@ -251,26 +252,9 @@ def _tanh_inputs(seed, hidden):
     return (torch.randn(size, generator=generator, dtype=torch.float64),)
 
 
-def _grads_with(local_derivative, *, chain=True, accumulate=True):
-    """A wrong ``tiny_tanh_grads`` whose tanh backward makes one specific mistake."""
-    def answer(xs):
-        def tanh(a):
-            t = math.tanh(a.data)
-            out = Value(t, (a,), "tanh")
-
-            def _backward():
-                step = local_derivative(t) * (out.grad if chain else 1.0)
-                a.grad = a.grad + step if accumulate else step
-            out._backward = _backward
-            return out
-
-        grads = []
-        for x in xs.tolist():
-            a = Value(x)
-            (tanh(a) * a).backward()
-            grads.append(a.grad)
-        return torch.tensor(grads, dtype=xs.dtype)
-    return answer
+def _wrong_tanh(backward_line):
+    """The reference with its tanh backward line replaced: one mistake, nothing else changed."""
+    return mutant(tiny_tanh_grads, "a.grad += (1 - t * t) * out.grad", backward_line)
 
 
 def _true_parts(xs):
@@ -318,9 +302,9 @@ register(Exercise(
                       _overwrote),
     ),
     wrong_answers=(
-        WrongAnswer(_grads_with(lambda t: 1 - t * t, chain=False), expect="forgot_chain"),
-        WrongAnswer(_grads_with(lambda t: 1 - t * t, accumulate=False), expect="overwrote_grad"),
-        WrongAnswer(_grads_with(lambda t: 1 + t * t), expect="wrong_value"),
+        WrongAnswer(_wrong_tanh("a.grad += (1 - t * t)"), expect="forgot_chain"),
+        WrongAnswer(_wrong_tanh("a.grad = (1 - t * t) * out.grad"), expect="overwrote_grad"),
+        WrongAnswer(_wrong_tanh("a.grad += (1 + t * t) * out.grad"), expect="wrong_value"),
         WrongAnswer(lambda xs: None, expect="none"),
     ),
 ))

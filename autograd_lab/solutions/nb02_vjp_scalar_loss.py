@@ -4,6 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from autograd_lab.exercises import Exercise, Misconception, WrongAnswer, register
+from autograd_lab.solutions._mutants import mutant
 
 
 def _randn(generator, *shape):
@@ -174,19 +175,9 @@ def _softplus_inputs(seed, hidden):
     return (_randn(generator, *shape).requires_grad_(),)
 
 
-def _softplus_with_backward(backward):
-    """A Softplus whose backward is ``backward(x, grad_output)``: a wrong answer of the bank."""
-    class WrongSoftplus(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            ctx.save_for_backward(x)
-            return F.softplus(x)
-
-        @staticmethod
-        def backward(ctx, grad_output):
-            (x,) = ctx.saved_tensors
-            return backward(x, grad_output)
-    return WrongSoftplus
+def _wrong_backward(return_line):
+    """The reference Softplus with its backward's return line replaced."""
+    return mutant(Softplus, "return grad_output * torch.sigmoid(x)", return_line)
 
 
 register(Exercise(
@@ -203,10 +194,10 @@ register(Exercise(
         "Return grad_output * torch.sigmoid(x): the incoming gradient times the local derivative.",
     ),
     wrong_answers=(
-        WrongAnswer(_softplus_with_backward(lambda x, g: -g * torch.sigmoid(x)), expect="sign_flipped"),
-        WrongAnswer(_softplus_with_backward(lambda x, g: 2 * g * torch.sigmoid(x)), expect="doubled"),
-        WrongAnswer(_softplus_with_backward(lambda x, g: torch.sigmoid(x)), expect="wrong_value"),
-        WrongAnswer(_softplus_with_backward(lambda x, g: g * torch.exp(x)), expect="wrong_value"),
+        WrongAnswer(_wrong_backward("return -grad_output * torch.sigmoid(x)"), expect="sign_flipped"),
+        WrongAnswer(_wrong_backward("return 2 * grad_output * torch.sigmoid(x)"), expect="doubled"),
+        WrongAnswer(_wrong_backward("return torch.sigmoid(x)"), expect="wrong_value"),
+        WrongAnswer(_wrong_backward("return grad_output * torch.exp(x)"), expect="wrong_value"),
     ),
 ))
 
