@@ -1,0 +1,95 @@
+"""Activation checkpointing: the U-curve of saved activations and time over segment counts.
+
+A deep MLP of ``n`` ``Linear -> Tanh`` blocks is run with
+``checkpoint_sequential(model, s, x, use_reentrant=False)`` for every ``s`` that
+divides ``n``. For each ``s`` the table gives the tensors saved for backward
+(counted with saved-tensor hooks, ``autograd_lab.recompute``), the prediction
+``(s - 1) + n/s + 1``, their size, and the median forward + backward time. The
+peer is the no-checkpointing baseline (``s = 1``, plain autograd) and, on CUDA,
+PyTorch's own allocator statistics (``torch.cuda.max_memory_allocated``), which
+the CPU-side count must predict. Run::
+
+    .venv/bin/python benchmarks/checkpoint_memory.py [--blocks 64] [--width 256] [--batch 256]
+
+It prints Markdown tables for ``docs/benchmarks.md``: CPU always, CUDA when present.
+"""
+
+import argparse
+import datetime
+import os
+import platform
+
+import torch
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint_sequential
+
+from autograd_lab.recompute import measure_segments
+
+
+def tanh_mlp(n_blocks, width):
+    return nn.Sequential(*[nn.Sequential(nn.Linear(width, width), nn.Tanh()) for _ in range(n_blocks)])
+
+
+def divisors(n):
+    return [s for s in range(1, n + 1) if n % s == 0]
+
+
+def cuda_peak_bytes(model, x, segments):
+    """Peak bytes allocated during one training step, above what was allocated before it."""
+    model.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    checkpoint_sequential(model, segments, x, use_reentrant=False).pow(2).mean().backward()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before
+
+
+def table(model, x, device, repeat):
+    rows = measure_segments(model, x, divisors(len(model)), repeat=repeat, device=device)
+    baseline = rows[0].seconds
+    header = "| s | saved tensors | formula | saved MiB | fwd+bwd ms | time vs s=1 |"
+    param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    if device == "cuda":
+        # the gradients appear while the activations are freed, so params + saved predicts the peak
+        header += " predicted peak MiB | CUDA peak MiB |"
+    lines = [header, "|" + "---|" * (header.count("|") - 1)]
+    for row in rows:
+        line = (f"| {row.segments} | {row.saved} | {row.predicted} | {row.saved_bytes / 2**20:.1f} | "
+                f"{row.seconds * 1e3:.1f} | {row.seconds / baseline:.2f}x |")
+        if device == "cuda":
+            line += (f" {(param_bytes + row.saved_bytes) / 2**20:.0f} |"
+                     f" {cuda_peak_bytes(model, x, row.segments) / 2**20:.0f} |")
+        lines.append(line)
+        assert row.saved == row.predicted, f"s={row.segments}: measured {row.saved}, formula {row.predicted}"
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--blocks", type=int, default=64)
+    parser.add_argument("--width", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (1 gives stable timings on a machine shared with other jobs)")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    for device in devices:
+        model = tanh_mlp(args.blocks, args.width).to(device)
+        x = torch.randn(args.batch, args.width, device=device, requires_grad=True)
+        name = torch.cuda.get_device_name() if device == "cuda" else f"{platform.machine()} CPU, {torch.get_num_threads()} threads"
+        print(f"\n{device.upper()} ({name}): {args.blocks} blocks of Linear({args.width}, {args.width}) + Tanh, "
+              f"batch {args.batch}, median of {args.repeat}.\n")
+        print(table(model, x, device, args.repeat))
+    if "cuda" not in devices:
+        print("\nCUDA: not measured (no GPU on this machine).")
+    print(f"\nMeasured {datetime.date.today()} on {platform.machine()}, {os.cpu_count()} CPU cores, "
+          f"torch {torch.__version__}; 1-minute load average at the end: {os.getloadavg()[0]:.1f}.")
+
+
+if __name__ == "__main__":
+    main()
