@@ -405,6 +405,20 @@ def test_text_fallback_when_dot_is_missing(monkeypatch, tmp_path):
     with pytest.raises(LayoutError, match="not found on PATH"):
         g.save(tmp_path / "graph.svg")
     g.save(tmp_path / "graph.dot")                          # text formats still work
+    trace = trace_backward((w * 2).sum())
+    shown = trace._repr_mimebundle_()
+    assert list(shown) == ["text/plain"] and "step 1: SumBackward0" in shown["text/plain"]
+
+
+def test_legend_explains_only_what_is_drawn():
+    x = torch.randn(3, requires_grad=True)
+    y = x.sigmoid()
+    y.mul_(2)
+    g = draw(y.sum(), legend=True)
+    legend = g.source.split("subgraph cluster_legend", 1)[1]
+    assert "STALE: saved tensor modified" in legend and "leaf that requires grad" in legend
+    assert "saved tensors freed" not in legend and "only in the first graph" not in legend
+    assert "cluster_legend" not in draw(y.sum()).source
 
 
 @pytest.mark.skipif(not layout.dot_available(), reason="graphviz dot not installed")

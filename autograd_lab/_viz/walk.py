@@ -95,7 +95,7 @@ class _Walker:
                    "recorded no history. Set requires_grad=True on an input before the forward pass.")
         self.model.notes.append(why)
 
-    def leaf_node(self, tensor, name=None, cluster=()):
+    def leaf_node(self, tensor, name=None):
         name = name or self.names.tensor_name(tensor)
         grad = describe.grad_text(tensor)
         label = "\n".join([
@@ -103,7 +103,7 @@ class _Walker:
             f"requires_grad={tensor.requires_grad}",
             grad,
         ])
-        cluster = cluster or self.module_of.get(id(tensor), ())
+        cluster = self.module_of.get(id(tensor), ())
         return self.new_node("leaf", label, name=name, shape=tuple(tensor.shape), cluster=cluster,
                              value=describe.values_text(tensor), grad=grad)
 
