@@ -40,7 +40,7 @@ from ._checking.source import solution_source
 __all__ = [
     "Exercise", "WrongAnswer", "Misconception", "register", "get", "all_exercises",
     "check", "hint", "solution", "observe", "judge", "Result", "Hint", "Solution",
-    "strict_mode", "reference_records",
+    "strict_mode", "reference_records", "claims",
 ]
 
 DEFAULT_TIMEOUT = 10.0
@@ -56,6 +56,16 @@ def strict_mode():
     """True when ``CI`` or ``AUTOGRAD_LAB_STRICT`` is set (to anything but ``0``/``false``/``no``)."""
     return any(os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
                for name in ("CI", "AUTOGRAD_LAB_STRICT"))
+
+
+def claims(key, value=True):
+    """A ``Misconception`` detector for predictions given as a dict: the answer says ``key`` is ``value``.
+
+    ``Misconception("non_leaf", "h is not a leaf ...", claims("h"))``
+    """
+    def detect(student, reference, args):
+        return isinstance(student, dict) and student.get(key) is value
+    return detect
 
 
 def reference_records(exercise, seeds):

@@ -2,7 +2,7 @@
 
 import torch
 
-from autograd_lab.exercises import Exercise, Misconception, WrongAnswer, register
+from autograd_lab.exercises import Exercise, Misconception, WrongAnswer, claims, register
 
 
 # --- 00.cube_grad ---------------------------------------------------------------
@@ -72,10 +72,6 @@ def needs_grad():
     return {"w": True, "x": False, "b": True, "h": False}
 
 
-def _claims(name):
-    return lambda student, reference, args: isinstance(student, dict) and student.get(name) is True
-
-
 register(Exercise(
     id="00.needs_grad",
     title="Which tensors get a .grad?",
@@ -93,13 +89,13 @@ register(Exercise(
             "non_leaf",
             "h = w * x is an intermediate (non-leaf) tensor: autograd fills .grad only on leaves "
             "that require grad, so h.grad stays None. Call h.retain_grad() before backward to keep it.",
-            _claims("h"),
+            claims("h"),
         ),
         Misconception(
             "no_requires_grad",
             "x was created without requires_grad=True, so autograd computes no gradient for it "
             "and x.grad stays None.",
-            _claims("x"),
+            claims("x"),
         ),
     ),
     wrong_answers=(
