@@ -291,6 +291,21 @@ def test_hidden_checks_count_but_never_leak_their_inputs():
     assert "(7,)" not in text and "shape" not in text.replace("shapes;", "")
 
 
+def test_an_error_on_a_hidden_case_is_the_status_and_the_tag():
+    exercise = get("00.cube_grad")
+
+    def breaks_on_seven(x):
+        if x.numel() == 7:
+            raise RuntimeError("size 7 is not supported")
+        return 6 * x ** 2
+
+    seeds = exercise.public_seeds + exercise.hidden_seeds
+    result = judge(exercise, {s: observe(exercise, breaks_on_seven, s) for s in seeds},
+                   {s: observe(exercise, cube_grad, s) for s in seeds})
+    assert (result.status, result.misconception) == ("error", "error")
+    assert "size 7" not in repr(result) and "3 of 3 hidden checks failed (error)" in repr(result)
+
+
 def test_records_survive_a_weights_only_round_trip(tmp_path):
     exercise = make(reference=_square, inputs=_leaf_inputs, compare=("value", "state", "args", "grad"))
     record = observe(exercise, lambda x: {"y": x ** 2, "pair": (x, None, 1.5, "s")}, 0)

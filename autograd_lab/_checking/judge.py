@@ -34,7 +34,9 @@ def judge(exercise, student_records, reference_records):
     seeds = sorted(student_records, key=lambda seed: (exercise.is_hidden(seed), seed))
     cases = [judge_case(exercise, student_records[seed], _reference(reference_records, seed, exercise))
              for seed in seeds]
-    warnings = _unique(w for seed in seeds for w in student_records[seed].get("warnings", ()))
+    # Hidden cases' warnings could describe their inputs: only public ones are shown.
+    warnings = _unique(w for seed in seeds if not exercise.is_hidden(seed)
+                       for w in student_records[seed].get("warnings", ()))
     return summarize(exercise, cases, warnings)
 
 
@@ -147,6 +149,7 @@ def summarize(exercise, cases, warnings=()):
     status = _overall_status(cases)
     score = 0 if status == "not attempted" or not cases else exercise.points * passed / len(cases)
     failing = [case for case in public + hidden if case.status != "passed"]
+    failing = [case for case in failing if case.status == status] or failing  # the tag matches the status
     messages = (_not_attempted_messages(exercise) if status == "not attempted"
                 else _failure_messages(public, hidden) + [_counts_line(exercise, public, hidden)])
     messages += [f"Your code warned: {text}" for text in warnings[:3]]
