@@ -5,15 +5,21 @@ infinite loops (``tests/fixtures/grading/submissions.py`` builds them).  Run::
 
     .venv/bin/python benchmarks/grading_throughput.py [--jobs 2] [--cell-timeout 10]
 
-It prints a Markdown table for ``docs/benchmarks.md``.  The peer (nbgrader
-autograde) is measured only when ``--nbgrader PATH`` names an nbgrader executable
-in another environment; see ``docs/benchmarks.md`` for why otter cannot run here.
+It prints a Markdown table for ``docs/benchmarks.md``.  The peer, ``nbgrader
+autograde``, is measured on the same 40 notebooks when ``--nbgrader PATH`` names
+an nbgrader executable installed in a throwaway environment (it is not a
+dependency of the course).  The notebooks get the nbgrader cell metadata it needs
+(the exercise cells become solution cells, the check cells become test cells
+with plain asserts), and its kernel is this environment's Python, so both graders
+run the same code.  See ``docs/benchmarks.md`` for why otter cannot run here.
 """
 
 import argparse
 import datetime
+import json
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -22,7 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from fixtures.grading.submissions import write_submissions  # noqa: E402
+import nbformat  # noqa: E402
+from fixtures.grading.submissions import base_cells, write_submissions  # noqa: E402
 
 from autograd_lab.grading.batch import Options, grade_batch  # noqa: E402
 
@@ -40,10 +47,72 @@ def build_batch(folder):
     return sorted(folder.glob("*.ipynb"))
 
 
+NBGRADER_TESTS = {
+    "00.cube_grad": "x = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)\n"
+                    "assert torch.allclose(cube_grad(x), 3 * x ** 2)",
+    "00.needs_grad": 'assert needs_grad == {"w": True, "x": False, "b": True, "h": False}',
+}
+
+
+def _as_nbgrader(notebook):
+    """The same notebook with nbgrader's metadata: exercise cells are solutions, checks are tests."""
+    cells = notebook.cells
+    for index, cell in enumerate(cells):
+        exercise_id = cell.metadata.get("autograd_lab", {}).get("exercise")
+        if exercise_id is None:
+            continue
+        name = exercise_id.split(".")[1]
+        cell.metadata["nbgrader"] = {"grade": False, "grade_id": name, "locked": False,
+                                     "schema_version": 3, "solution": True, "task": False}
+        following = cells[index + 1] if index + 1 < len(cells) else None
+        if following is not None and following.source.startswith("check("):
+            following.source = NBGRADER_TESTS[exercise_id]
+            following.metadata["nbgrader"] = {"grade": True, "grade_id": f"test_{name}", "locked": True,
+                                              "points": 1, "schema_version": 3, "solution": False,
+                                              "task": False}
+    return notebook
+
+
+def time_nbgrader(nbgrader, files, root, cell_timeout):
+    """Wall seconds of ``nbgrader autograde`` on ``files``; the course folder is built under ``root``."""
+    source = root / "source" / "ps0"
+    source.mkdir(parents=True)
+    master = nbformat.v4.new_notebook(cells=base_cells(), metadata={"kernelspec": {
+        "name": "python3", "display_name": "Python 3", "language": "python"}})
+    nbformat.write(_as_nbgrader(master), str(source / "ps0.ipynb"))
+    for path in files:
+        target = root / "submitted" / path.stem / "ps0"
+        target.mkdir(parents=True)
+        try:
+            nbformat.write(_as_nbgrader(nbformat.read(str(path), as_version=4)), str(target / "ps0.ipynb"))
+        except Exception:  # the malformed file stays malformed
+            (target / "ps0.ipynb").write_text(path.read_text())
+    # nbgrader starts the kernel "python3": make that this environment's Python, with torch.
+    kernel = root / "jupyter" / "kernels" / "python3"
+    kernel.mkdir(parents=True)
+    (kernel / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3", "language": "python"}))
+    (root / "nbgrader_config.py").write_text(
+        f"c = get_config()\nc.CourseDirectory.root = {str(root)!r}\nc.CourseDirectory.course_id = 'bench'\n"
+        f"c.Execute.timeout = {int(cell_timeout)}\n")
+    env = dict(os.environ, JUPYTER_PATH=str(root / "jupyter"),  # nbgrader also runs its venv's alembic
+               PATH=os.path.dirname(nbgrader) + os.pathsep + os.environ.get("PATH", ""))
+    subprocess.run([nbgrader, "generate_assignment", "ps0", "--force"], cwd=root, env=env,
+                   check=True, capture_output=True)
+    started = time.monotonic()
+    run = subprocess.run([nbgrader, "autograde", "ps0", "--create", "--force"], cwd=root, env=env,
+                         capture_output=True, text=True)
+    wall = time.monotonic() - started
+    graded = len(list((root / "autograded").glob("*/ps0/ps0.ipynb")))
+    return wall, graded, run.returncode
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--cell-timeout", type=float, default=10.0)
+    parser.add_argument("--nbgrader", help="an nbgrader executable (in a throwaway venv) to time on the same batch")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp, "submissions")
@@ -54,6 +123,7 @@ def main(argv=None):
         started = time.monotonic()
         reports = grade_batch([str(folder)], options)
         wall = time.monotonic() - started
+        peer = time_nbgrader(args.nbgrader, files, Path(tmp, "nbgrader"), args.cell_timeout) if args.nbgrader else None
     statuses = Counter(g["status"] for r in reports for g in r["exercises"])
     load = os.getloadavg()[0]
     print(f"\nMeasured {datetime.date.today()} on {platform.machine()}, {os.cpu_count()} CPU cores, "
@@ -62,6 +132,10 @@ def main(argv=None):
     print("|---|---|---|---|---|---|")
     print(f"| autograd-lab grade | {len(files)} | {args.jobs} | {args.cell_timeout:g} s | {wall:.0f} s | "
           f"{wall / len(files):.1f} s |")
+    if peer:
+        peer_wall, graded, returncode = peer
+        print(f"| nbgrader autograde (exit status {returncode}, {graded} notebooks autograded) | {len(files)} | 1 "
+              f"(serial only) | {args.cell_timeout:g} s | {peer_wall:.0f} s | {peer_wall / len(files):.1f} s |")
     print(f"\nExercise verdicts: {dict(sorted(statuses.items()))}")
     print(f"Target: under 180 s. {'Met' if wall < 180 else 'Not met'} in this run.")
 

@@ -70,7 +70,8 @@ class SandboxedKernel:
         # IPC sockets in the kernel's own folder: no TCP port that any local process could reach.
         self.manager = KernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=specs, transport="ipc",
                                      ip=os.path.join(self.home, ".kernel"))
-        self.manager.connection_file = os.path.join(self.home, ".kernel-connection.json")
+        # Written by us, so it lives in a folder the kernel cannot write (no symlink tricks).
+        self.manager.connection_file = os.path.join(self.spec_folder, "connection.json")
         self.manager.context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
         self.manager.start_kernel(cwd=self.home, env=kernel_environment(self.home))
         if self.pgid_log:
