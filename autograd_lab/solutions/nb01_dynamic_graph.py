@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from autograd_lab.exercises import Exercise, Misconception, WrongAnswer, register
+from autograd_lab.exercises import Exercise, Misconception, WrongAnswer, claims, register
 from autograd_lab.memory import saved_tensors
 from autograd_lab.solutions._mutants import mutant
 from autograd_lab.tiny_engine import Value
@@ -29,14 +29,6 @@ def who_gets_grad_reference():
             "c": c.grad is not None, "w": w.grad is not None}
 
 
-WHO_GETS_GRAD = {"a": True, "b": False, "c": False, "w": False}
-
-
-def _claims(key, value):
-    """A detector: the student's dict says ``key`` is ``value`` (and so differs from the reference)."""
-    return lambda student, reference, args: isinstance(student, dict) and student.get(key) is value
-
-
 register(Exercise(
     id="01.who_gets_grad",
     title="Who gets a .grad?",
@@ -55,18 +47,18 @@ register(Exercise(
         Misconception("detached_path",
                       "b.retain_grad() only keeps a gradient that reaches b, and none does: "
                       "c = b.detach() cut b out of loss's graph.",
-                      _claims("b", True)),
+                      claims("b", True)),
         Misconception("no_requires_grad",
                       "c comes from .detach(): it does not require grad, so it never gets a .grad.",
-                      _claims("c", True)),
+                      claims("c", True)),
         Misconception("unused_param",
                       "w requires grad but this forward pass never used it, so it is not in the "
                       "graph and its .grad stays None (not zero).",
-                      _claims("w", True)),
+                      claims("w", True)),
         Misconception("missed_leaf",
                       "a is a leaf that requires grad and loss = (c * a).sum() uses it, so "
                       "backward fills a.grad (with the values of c).",
-                      _claims("a", False)),
+                      claims("a", False)),
     ),
     wrong_answers=(
         WrongAnswer({"a": True, "b": True, "c": False, "w": False}, expect="detached_path"),
@@ -246,6 +238,11 @@ def tiny_tanh_grads(xs):
     return torch.tensor(grads, dtype=xs.dtype)
 
 
+def _engine_names():
+    """The notebook imports the tiny engine's Value; the solution needs it in scope."""
+    return {"Value": Value}
+
+
 def _tanh_inputs(seed, hidden):
     generator = torch.Generator().manual_seed(seed)
     size = 8 if hidden else 5
@@ -283,6 +280,7 @@ register(Exercise(
     answer_name="tiny_tanh_grads",
     reference=tiny_tanh_grads,
     inputs=_tanh_inputs,
+    setup=_engine_names,
     hints=(
         "Copy the shape of Value.exp: compute t = math.tanh(a.data), build out = Value(t, (a,), 'tanh'), "
         "define _backward, attach it with out._backward = _backward, return out.",
