@@ -36,6 +36,8 @@ def build_parser():
     grade.add_argument("--memory-mb", type=int, default=2048, help="address-space limit of each kernel in MiB (default 2048)")
     grade.add_argument("--submission-timeout", type=float, default=900,
                        help="wall-clock seconds for one whole submission before it is stopped (default 900)")
+    grade.add_argument("--kernel-python", metavar="PATH",
+                       help="Python for the students' kernels, with torch, ipykernel and autograd_lab (default: this one)")
     grade.set_defaults(run=_runner("autograd_lab.grading"))
     return parser
 

@@ -28,7 +28,7 @@ from autograd_lab.grading.progress import ProgressBar
 from autograd_lab.grading.submissions import UsageError, find_submissions, read_notebook, sha256
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fixtures.grading.submissions import EXPECTED, write_submissions  # noqa: E402
+from fixtures.grading.submissions import EXPECTED, base_cells, write_submissions  # noqa: E402
 
 CUBE = exercises.get("00.cube_grad")
 SEEDS = [*CUBE.public_seeds, *CUBE.hidden_seeds]
@@ -234,3 +234,32 @@ def test_launcher_applies_limits_then_drops_to_the_sandbox_user(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [str(512 * 1024), "231999", "231999"]
     assert connection.stat().st_uid == 231999  # the kernel must be able to read its connection file
+
+
+# --- the sandbox user (needs root and a Python that other users may run) ----
+
+SANDBOX_PYTHON = os.environ.get("AUTOGRAD_LAB_TEST_KERNEL_PYTHON")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not SANDBOX_PYTHON,
+                    reason="set AUTOGRAD_LAB_TEST_KERNEL_PYTHON to a world-readable Python with the course "
+                           "installed, and run as root")
+def test_a_sandboxed_kernel_cannot_touch_outputs_or_submissions(tmp_path):
+    import nbformat
+    folder, out = tmp_path / "submissions", tmp_path / "out"
+    folder.mkdir()
+    victim = write_submissions(folder, ["partly_wrong"])["partly_wrong"]
+    attacker = folder / "attacker.ipynb"
+    targets = [str(out / "pwned.txt"), str(victim), str(attacker), str(folder / "new.ipynb")]
+    tamper = (f"for path in {targets!r}:\n    try:\n        open(path, 'w').write('{{}}')\n"
+              "        print('WROTE', path)\n    except OSError as error:\n        print('denied', type(error).__name__)")
+    nbformat.write(nbformat.v4.new_notebook(cells=base_cells() + [nbformat.v4.new_code_cell(tamper)]), str(attacker))
+    hashes = {path: sha256(path) for path in (victim, attacker)}
+    graded = grade_batch([str(folder)], Options(out=str(out), jobs=2, cell_timeout=30, progress=False,
+                                                kernel_python=SANDBOX_PYTHON))
+    report = {r["student"]: r for r in graded}["attacker"]
+    assert "numeric user of its own" in report["sandbox"]
+    assert report["cells"][-1]["output"].count("denied") == len(targets), report["cells"][-1]
+    assert report["score"] == 2
+    assert {path: sha256(path) for path in hashes} == hashes
+    assert not (out / "pwned.txt").exists() and not (folder / "new.ipynb").exists()

@@ -27,6 +27,7 @@ def main(args):
         out=args.out, jobs=args.jobs, cell_timeout=args.cell_timeout, progress=not args.no_progress,
         check_timeout=args.check_timeout, submission_timeout=args.submission_timeout,
         notebooks=tuple(args.notebook or ()), memory_mb=args.memory_mb,
+        kernel_python=args.kernel_python or sys.executable,
     )
     if options.jobs < 1 or options.cell_timeout <= 0:
         print("autograd-lab grade: --jobs must be at least 1 and --cell-timeout positive.", file=sys.stderr)

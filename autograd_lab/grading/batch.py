@@ -44,6 +44,7 @@ class Options:
     memory_mb: int = 2048
     output_limit: int = 100_000   # characters of printed output kept per cell
     progress: bool = True
+    kernel_python: str = sys.executable   # needs torch, ipykernel and autograd_lab
 
 
 def choose_exercises(notebooks, numbers):
@@ -65,7 +66,7 @@ def grade_batch(arguments, options, stream=None):
     submissions = find_submissions(arguments)
     notebooks = {s.student: read_notebook(s.path) for s in submissions}
     chosen = choose_exercises([nb for nb, _ in notebooks.values()], options.notebooks)
-    sandbox = Sandbox.for_this_machine(memory_mb=options.memory_mb)
+    sandbox = Sandbox.for_this_machine(memory_mb=options.memory_mb, python=options.kernel_python)
     os.makedirs(options.out, exist_ok=True)
     workroot = tempfile.mkdtemp(prefix="autograd-lab-grade-")
     os.chmod(workroot, 0o711)  # sandbox users may reach their own folder, not list the others

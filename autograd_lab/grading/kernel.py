@@ -73,7 +73,7 @@ class SandboxedKernel:
         # Written by us, so it lives in a folder the kernel cannot write (no symlink tricks).
         self.manager.connection_file = os.path.join(self.spec_folder, "connection.json")
         self.manager.context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
-        self.manager.start_kernel(cwd=self.home, env=kernel_environment(self.home))
+        self.manager.start_kernel(cwd=self.home, env=kernel_environment(self.home, self.sandbox.python))
         if self.pgid_log:
             # The kernel leads its own process group; the batch kills that group even if we die.
             with open(self.pgid_log, "a") as file:

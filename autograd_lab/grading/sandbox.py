@@ -64,10 +64,10 @@ class Sandbox:
         return folder
 
 
-def kernel_environment(home):
+def kernel_environment(home, python=sys.executable):
     """The kernel's whole environment: graded mode on, one thread, everything written under ``home``."""
     return {
-        "PATH": os.path.dirname(sys.executable) + ":/usr/bin:/bin",
+        "PATH": os.path.dirname(python) + ":/usr/bin:/bin",
         "HOME": home,
         "TMPDIR": home,
         "IPYTHONDIR": os.path.join(home, ".ipython"),
@@ -92,7 +92,7 @@ def _unprivileged_python_problem(python):
     try:
         probe = subprocess.run([python, "-c", "import ipykernel, torch, autograd_lab"],
                                preexec_fn=become_probe_user, capture_output=True, text=True,
-                               timeout=120, env=kernel_environment("/"), cwd="/")
+                               timeout=120, env=kernel_environment("/", python), cwd="/")
     except (OSError, subprocess.SubprocessError) as error:
         return str(error)
     if probe.returncode != 0:
