@@ -113,7 +113,9 @@ def _clustered_nodes(model):
     lines = list(loose)
     stack = [(path, 1) for path in reversed(list(tree.get((), {})))]
     counter = 0
-    while stack:   # iterative: nesting depth is the module depth, but keep to one style
+    # Entries (path, depth) open a cluster; (None, depth) closes the one opened at that depth,
+    # after its children, which are pushed later and so popped first.
+    while stack:
         path, depth = stack.pop()
         if path is None:
             lines.append("  " * depth + "}\n")
