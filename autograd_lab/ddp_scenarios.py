@@ -108,14 +108,15 @@ class TwoHeads(nn.Module):
 
 
 def unused_parameters(rank, world_size, find_unused_parameters=False, steps=2):
-    """Train ``TwoHeads`` without its aux head for ``steps`` steps; report the aux head's gradient."""
+    """Train ``TwoHeads`` without its aux head for ``steps`` steps; report the gradients of the last step."""
     model = DDP(TwoHeads(), find_unused_parameters=find_unused_parameters)
     inputs, targets = make_data(4 * world_size)
     x, y = rank_slice(inputs, rank, world_size), rank_slice(targets, rank, world_size)
     for _ in range(steps):
         model.zero_grad()
         F.mse_loss(model(x), y).backward()
-    return {"aux_grad_is_none": model.module.aux.weight.grad is None, "steps": steps}
+    return {"aux_grad_is_none": model.module.aux.weight.grad is None, "steps": steps,
+            "body_grads": grads_of(model.module.body)}
 
 
 def skip_backward(rank, world_size, skipping_rank=1, wait_seconds=2.0, stall_seconds=30.0):
@@ -138,14 +139,36 @@ def skip_backward(rank, world_size, skipping_rank=1, wait_seconds=2.0, stall_sec
     return {"skipped": False}
 
 
-def batchnorm_statistics(rank, world_size, batch_per_rank=8, sync=False):
-    """BatchNorm running means after one training forward, per rank (``sync``: SyncBatchNorm)."""
+def make_batchnorm_model():
+    """A linear layer followed by BatchNorm: the model of the BatchNorm pitfall."""
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(IN_FEATURES, 3), nn.BatchNorm1d(3))
+    return nn.Sequential(nn.Linear(IN_FEATURES, 3), nn.BatchNorm1d(3))
+
+
+def shifted_shard(inputs, rank, world_size):
+    """Rank ``rank``'s rows, shifted by ``rank``: the ranks' data differ, as real shards often do."""
+    return rank_slice(inputs, rank, world_size) + rank
+
+
+def batchnorm_statistics(rank, world_size, batch_per_rank=8, sync=False):
+    """BatchNorm running statistics after one training forward, per rank (``sync``: SyncBatchNorm)."""
+    model = make_batchnorm_model()
     if sync:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     model = DDP(model)
     inputs, _ = make_data(batch_per_rank * world_size)
-    x = rank_slice(inputs, rank, world_size) + rank  # the ranks' data differ, as real shards do
-    model(x)
-    return {"running_mean": model.module[1].running_mean.clone()}
+    shard = shifted_shard(inputs, rank, world_size)
+    model(shard)
+    norm = model.module[1]
+    statistics = {"running_mean": norm.running_mean.clone(), "running_var": norm.running_var.clone()}
+    model.eval()  # an evaluation forward: uses the running statistics, does not update them
+    with torch.no_grad():
+        model(shard)
+    statistics["running_mean_after_eval_forward"] = norm.running_mean.clone()
+    return statistics
+
+
+def initial_weights(rank, world_size):
+    """Each rank builds its model from a different seed; returns the weights DDP leaves it with."""
+    model = DDP(make_model(seed=rank))
+    return {"weights": {name: p.detach().clone() for name, p in model.module.named_parameters()}}
