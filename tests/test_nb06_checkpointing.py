@@ -1,0 +1,49 @@
+"""The references of notebook 06's exercises agree with measurements of real checkpointed models."""
+
+import torch
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+from autograd_lab.memory import saved_tensors
+from autograd_lab.recompute import predicted_saved
+from autograd_lab.solutions import nb06_checkpointing as nb06
+
+
+def _segments_forward(blocks, sizes, x):
+    """Checkpoint every segment but the last, as checkpoint_sequential does, with uneven sizes."""
+    start, h = 0, x
+    for number, size in enumerate(sizes):
+        segment = blocks[start:start + size]
+        h = segment(h) if number == len(sizes) - 1 else checkpoint(segment, h, use_reentrant=False)
+        start += size
+    return h
+
+
+def test_saved_for_segments_matches_a_measured_forward():
+    torch.manual_seed(0)
+    for seed in (0, 1, 2, 101, 102):
+        (sizes,) = nb06._segment_sizes(seed, hidden=seed > 100)
+        blocks = nn.Sequential(*[nn.Sequential(nn.Linear(8, 8), nn.Tanh()) for _ in range(sum(sizes))])
+        x = torch.randn(2, 8, requires_grad=True)
+        with saved_tensors(exclude=blocks.parameters()) as saved:
+            _segments_forward(blocks, sizes, x)
+        assert saved.count == nb06.saved_for_segments(sizes), sizes
+
+
+def test_best_segments_minimises_the_formula_and_prefers_fewer_segments():
+    for n in (12, 36, 50, 64, 96, 128):
+        best = nb06.best_segments(n)
+        counts = {s: predicted_saved(n, s) for s in range(1, n + 1) if n % s == 0}
+        assert counts[best] == min(counts.values())
+        assert best == min(s for s, count in counts.items() if count == counts[best])
+
+
+def test_checkpointed_step_keeps_fewer_activations_and_the_same_gradients():
+    model, x = nb06._frozen_input_model(0, hidden=False)
+    loss, saved = nb06.checkpointed_step(model, x)
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    plain_loss, plain_saved = nb06._plain_step(model, x)
+    assert saved == len(model) + 1 and plain_saved == 3 * len(model) + 1
+    assert torch.equal(loss, plain_loss)
+    assert all(torch.equal(g, p.grad) for g, p in zip(grads, model.parameters()))
