@@ -22,6 +22,7 @@ that no comparison happens in the student's process.
 
 import os
 
+from ._checking.detectors import Run
 from ._checking.display import Hint, Result, Solution
 from ._checking.judge import judge
 from ._checking.observe import observe
@@ -38,7 +39,7 @@ from ._checking.registry import (
 from ._checking.source import solution_source
 
 __all__ = [
-    "Exercise", "WrongAnswer", "Misconception", "register", "get", "all_exercises",
+    "Exercise", "WrongAnswer", "Misconception", "Run", "register", "get", "all_exercises",
     "check", "hint", "solution", "observe", "judge", "Result", "Hint", "Solution",
     "strict_mode", "reference_records", "claims",
 ]

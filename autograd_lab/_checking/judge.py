@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from .compare import Finding, Tolerance, compare_values
 from .display import Result
-from .records import KIND, decode, describe
+from .detectors import named
+from .records import KIND, describe
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ def judge_case(exercise, student, reference):
     finding = first_difference(exercise, student, reference)
     if finding is None:
         return Case(seed, hidden, "passed", None, inputs)
-    return Case(seed, hidden, "failed", _named(exercise, finding, student, reference), inputs)
+    return Case(seed, hidden, "failed", named(exercise, finding, student, reference), inputs)
 
 
 def first_difference(exercise, student, reference):
@@ -119,25 +120,6 @@ def _gradcheck_finding(student):
         return None
     return Finding("gradcheck", "torch.autograd.gradcheck (float64, central differences) disagrees "
                                 f"with your backward: {result['message']}")
-
-
-def _named(exercise, finding, student, reference):
-    """An exercise-specific misconception, tried before the built-in one already in ``finding``."""
-    output, expected = decode(student["output"]), decode(reference["output"])
-    args = tuple(decode(arg) for arg in reference["inputs"])
-    detected = [m for m in exercise.misconceptions if _detects(m, output, expected, args)]
-    if not detected:
-        return finding
-    # The first match names the case; the others are told too, since a student may hold several.
-    messages = " ".join(m.message for m in detected)
-    return Finding(detected[0].tag, f"{messages} ({finding.message})")
-
-
-def _detects(misconception, output, expected, args):
-    try:
-        return bool(misconception.detect(output, expected, args))
-    except Exception:  # a detector that cannot handle this answer has not detected anything
-        return False
 
 
 # --- summing up ----------------------------------------------------------------

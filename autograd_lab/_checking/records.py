@@ -118,26 +118,38 @@ def _safe_repr(value):
         return f"<{type(value).__name__}: repr failed with {type(error).__name__}>"
 
 
-def decode(record):
+def decode(record, *, grads=False):
     """A plain Python value from a record, for exercise-specific detectors.
 
     Tensors come back as detached CPU tensors, tuples and lists as themselves,
-    modules as a dict of their parameters.
+    modules as a dict of their parameters.  ``grads=True``: tensors also carry
+    their recorded ``.grad`` (``None`` when there was none), for arguments that
+    an answer changed by side effect.
     """
     if not isinstance(record, dict) or KIND not in record:
         return record
     kind = record[KIND]
     if kind == "tensor":
-        return record["value"]
+        return _decode_tensor(record, grads)
     if kind == "tuple":
-        return tuple(decode(item) for item in record["items"])
+        return tuple(decode(item, grads=grads) for item in record["items"])
     if kind == "list":
-        return [decode(item) for item in record["items"]]
+        return [decode(item, grads=grads) for item in record["items"]]
     if kind == "dict":
-        return {key: decode(item) for key, item in record["items"].items()}
+        return {key: decode(item, grads=grads) for key, item in record["items"].items()}
     if kind == "module":
-        return {name: decode(p) for name, p in record["parameters"].items()}
+        return {name: _decode_tensor(p, grads) for name, p in record["parameters"].items()}
     return record["repr"]
+
+
+def _decode_tensor(record, grads):
+    if not grads:
+        return record["value"]
+    # A new tensor object, so that setting .grad never touches the record (the
+    # reference's records are cached and shared between checks).
+    value = record["value"].detach()
+    value.grad = record["grad"]
+    return value
 
 
 def describe(record):

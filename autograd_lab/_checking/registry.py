@@ -39,7 +39,9 @@ class Misconception:
     ``detect`` sees the student's and the reference's outputs as plain values
     (tensors detached on the CPU) and the case's inputs; it is tried on every
     failing case before the built-in detectors.  A detector that raises counts as
-    "not detected".
+    "not detected".  A detector that also declares the keyword parameters
+    ``student_run`` and/or ``reference_run`` receives each side's ``Run``: the
+    arguments after the call and the input gradients (see ``_checking.detectors``).
     """
 
     tag: str

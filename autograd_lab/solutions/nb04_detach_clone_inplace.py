@@ -108,6 +108,32 @@ def _squash_detached(x):
     return y * x
 
 
+def _grad_factors(x):
+    """Per element of x, d(squash)/dx as the reference computes it and as two wrong answers do.
+
+    squash is elementwise, so each input gradient is the cotangent times one of these
+    factors: two answers agree with the cotangent cancelled out when
+    student_grad * reference_factor == reference_grad * their_factor.
+    """
+    s = torch.sigmoid(x)
+    y = 2 * s - 1
+    return {
+        "reference": y + 2 * s * (1 - s) * x,
+        # .data: the factor 2 goes unrecorded and sigmoid's backward reads y as its output.
+        "through_data": y + y * (1 - y) * x,
+        "detached": y,                          # only the direct path through `* x`
+    }
+
+
+def _squash_grads_like(variant):
+    """A detector: the student's input gradient is the one of the ``variant`` mistake."""
+    def detect(student, reference, args, *, student_run, reference_run):
+        factors = _grad_factors(args[0])
+        ours, theirs = student_run.input_grads[0], reference_run.input_grads[0]
+        return torch.allclose(ours * factors["reference"], theirs * factors[variant], rtol=1e-6, atol=1e-9)
+    return detect
+
+
 register(Exercise(
     id="04.squash",
     title="Fix the in-place error without changing the result",
@@ -120,10 +146,24 @@ register(Exercise(
         "sigmoid saves its output for backward; y.mul_(2) overwrites that output.",
         "Compute the mapped values out of place (torch.sigmoid(x) * 2 - 1), or modify a clone().",
     ),
+    misconceptions=(
+        Misconception(
+            "edited_through_data",
+            "The values are right but the gradient is not: editing through .data hides the in-place "
+            "change from autograd, so the * 2 - 1 is missing from backward and sigmoid's backward "
+            "reads the edited numbers as its output. Silencing the error is not fixing it: compute "
+            "torch.sigmoid(x) * 2 - 1 out of place.",
+            _squash_grads_like("through_data")),
+        Misconception(
+            "detached_path",
+            "The values are right but the gradient only has the path through `* x`: detach() cut the "
+            "path through sigmoid. Keep y in the graph and compute it out of place.",
+            _squash_grads_like("detached")),
+    ),
     wrong_answers=(
         WrongAnswer(_squash_in_place, expect="error", note="the function as given"),
-        WrongAnswer(_squash_through_data, expect="wrong_value", note=".data hides the error"),
-        WrongAnswer(_squash_detached, expect="wrong_value", note="detach cuts a path"),
+        WrongAnswer(_squash_through_data, expect="edited_through_data", note=".data hides the error"),
+        WrongAnswer(_squash_detached, expect="detached_path", note="detach cuts a path"),
     ),
 ))
 
@@ -173,6 +213,21 @@ def _sgd_ascent(params, lr):
             p.grad = None
 
 
+def _unchanged(student, reference, args, *, student_run):
+    return all(torch.equal(after, before) for before, after in zip(args[0], student_run.args_after[0]))
+
+
+def _stepped_uphill(student, reference, args, *, student_run, reference_run):
+    steps = zip(args[0], student_run.args_after[0], reference_run.args_after[0])
+    return all(torch.allclose(ours - before, before - theirs, atol=1e-6) for before, ours, theirs in steps)
+
+
+def _grad_left_in_place(student, reference, args, *, student_run, reference_run):
+    pairs = list(zip(student_run.args_after[0], reference_run.args_after[0]))
+    return (all(torch.allclose(ours, theirs) for ours, theirs in pairs)
+            and any(ours.grad is not None and theirs.grad is None for ours, theirs in pairs))
+
+
 register(Exercise(
     id="04.sgd_step",
     title="A manual SGD step that respects the update boundary",
@@ -187,10 +242,29 @@ register(Exercise(
         "wrap the loop in `with torch.no_grad():`.",
         "Inside no_grad: p.sub_(lr * p.grad), then p.grad = None.",
     ),
+    misconceptions=(
+        Misconception(
+            "rebinding",
+            "The parameters did not change at all: `p = p - lr * p.grad` makes a new tensor and binds "
+            "it to the loop's local name, so the tensors in the list (the model's parameters) are "
+            "untouched. Update them in place: p.sub_(lr * p.grad) inside torch.no_grad().",
+            _unchanged),
+        Misconception(
+            "gradient_ascent",
+            "Your step has the right size but goes up the gradient: the parameters moved by "
+            "+lr * grad. Gradient descent subtracts: p.sub_(lr * p.grad).",
+            _stepped_uphill),
+        Misconception(
+            "grad_not_cleared",
+            "The update is right, but .grad is still set afterwards: the next backward() adds into "
+            "it, so every later step would use the sum of all gradients so far. Set p.grad = None "
+            "after the update.",
+            _grad_left_in_place),
+    ),
     wrong_answers=(
-        WrongAnswer(_sgd_rebinding, expect="wrong_value", note="rebinding updates nothing"),
-        WrongAnswer(_sgd_keeps_grad, expect="state", note=".grad not cleared"),
+        WrongAnswer(_sgd_rebinding, expect="rebinding", note="rebinding updates nothing"),
+        WrongAnswer(_sgd_keeps_grad, expect="grad_not_cleared", note=".grad not cleared"),
         WrongAnswer(_sgd_recorded, expect="error", note="in place on a leaf while recording"),
-        WrongAnswer(_sgd_ascent, expect="wrong_value", note="gradient ascent"),
+        WrongAnswer(_sgd_ascent, expect="gradient_ascent", note="gradient ascent"),
     ),
 ))

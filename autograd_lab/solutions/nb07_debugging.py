@@ -1,5 +1,7 @@
 """Exercises of notebook 07 (debugging): diagnose broken loops, optimizer coverage, the NaN source."""
 
+import re
+
 import torch
 import torch.nn as nn
 
@@ -190,6 +192,10 @@ def _blames_forward(student, reference, args):
     return student is None or student == "forward"
 
 
+def _names_another_node(student, reference, args):
+    return isinstance(student, str) and re.fullmatch(r"\w+Backward\d*", student) is not None
+
+
 register(Exercise(
     id="07.nan_source",
     title="Locate the op whose backward produced NaN",
@@ -208,10 +214,16 @@ register(Exercise(
                       "The forward value can be finite while backward makes NaN (sqrt at 0 has an infinite "
                       "slope; 0 * inf is NaN). Run backward under torch.autograd.detect_anomaly() instead.",
                       _blames_forward),
+        Misconception("wrong_node",
+                      "You named a backward node, but not the one that produced the NaN. The last op of the "
+                      "forward is where backward starts, and the node that makes an inf is not always the one "
+                      "that makes the NaN (sqrt at 0 gives inf; a later node's 0 * inf gives NaN). Let "
+                      "detect_anomaly(check_nan=True) name it: return the name from its error message.",
+                      _names_another_node),
     ),
     wrong_answers=(
         WrongAnswer(_forward_check, expect="forward_only"),
         WrongAnswer(_always_none, expect="forward_only"),
-        WrongAnswer(_last_op_of_forward, expect="wrong_value", note="the last op of forward, not the culprit"),
+        WrongAnswer(_last_op_of_forward, expect="wrong_node", note="the last op of forward, not the culprit"),
     ),
 ))

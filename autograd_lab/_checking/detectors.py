@@ -1,0 +1,84 @@
+"""Run an exercise's own ``Misconception`` detectors on a failing case.
+
+A detector is always called as ``detect(student, reference, args)``: the two
+returned values and the inputs from before the call, decoded from the records.
+Answers that work by side effect or through their gradients need more, so a
+detector may also declare the keyword parameters ``student_run`` and
+``reference_run``; it then receives a ``Run`` of each side (or both, if it takes
+``**kwargs``).  Detectors that do not declare them are called exactly as before.
+
+Everything comes from the records, never from live objects: in the batch
+grader the student's objects stay in the student's kernel.
+"""
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from .compare import Finding
+from .records import decode
+
+RUN_PARAMETERS = ("student_run", "reference_run")
+
+
+@dataclass(frozen=True)
+class Run:
+    """What one answer did on one case, decoded from its record.
+
+    ``output``: the returned value (as the detector's first two arguments).
+    ``args_after``: for exercises that compare ``"args"``, a tuple of the
+    arguments after the call; tensors (and a module's parameters) carry their
+    ``.grad``.  ``input_grads``: for exercises that compare ``"grad"``, a tuple of
+    the gradients of the tensor inputs that require grad (``None`` for an unused
+    input), or ``None`` when the output could not be backpropagated.  Both are
+    ``None`` when the exercise does not compare them.
+    """
+
+    output: Any
+    args_after: Optional[tuple] = None
+    input_grads: Optional[tuple] = None
+
+
+def run_of(record):
+    """The ``Run`` of one ``ok`` record."""
+    args_after = record.get("args_after")
+    grads = record.get("input_grads")
+    return Run(
+        output=decode(record["output"]),
+        args_after=None if args_after is None else tuple(decode(arg, grads=True) for arg in args_after),
+        input_grads=None if grads is None else tuple(decode(grad) for grad in grads),
+    )
+
+
+def named(exercise, finding, student, reference):
+    """An exercise-specific misconception, tried before the built-in one already in ``finding``."""
+    if not exercise.misconceptions:
+        return finding
+    output, expected = decode(student["output"]), decode(reference["output"])
+    args = tuple(decode(arg) for arg in reference["inputs"])
+    runs = {"student_run": run_of(student), "reference_run": run_of(reference)}
+    detected = [m for m in exercise.misconceptions if _detects(m.detect, (output, expected, args), runs)]
+    if not detected:
+        return finding
+    # The first match names the case; the others are told too, since a student may hold several.
+    messages = " ".join(m.message for m in detected)
+    return Finding(detected[0].tag, f"{messages} ({finding.message})")
+
+
+def _detects(detect, args, runs):
+    try:
+        return bool(detect(*args, **_accepted(detect, runs)))
+    except Exception:  # a detector that cannot handle this answer has not detected anything
+        return False
+
+
+def _accepted(detect, runs):
+    """The runs that ``detect`` declares a parameter for; all of them for ``**kwargs``."""
+    try:
+        parameters = inspect.signature(detect).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: the plain call
+        return {}
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return runs
+    names = {p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+    return {name: run for name, run in runs.items() if name in names}
