@@ -202,6 +202,17 @@ def test_detach_in_the_middle_and_diff():
     assert 'fillcolor="#F6C9A8"' in d.source and 'fillcolor="#B9D9F0"' in d.source
 
 
+def test_diff_ignores_the_names_of_outputs():
+    w = torch.randn(2, requires_grad=True)
+    loss_a = (w * 2).relu().sum()
+    loss_b = (w * 2).pow(2).sum()
+    d = diff(draw(loss_a), draw(loss_b))
+    assert [label.split("\n")[0] for label in d.only_in_a] == ["ReluBackward0"]
+    assert [label.split("\n")[0] for label in d.only_in_b] == ["PowBackward0"]
+    same = diff(draw(loss_a), draw(loss_a))
+    assert same.only_in_a == [] and same.only_in_b == []
+
+
 def test_in_place_after_save_is_flagged_stale_before_backward():
     x = torch.randn(3, requires_grad=True)
     y = x.sigmoid()

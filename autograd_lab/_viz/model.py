@@ -29,8 +29,13 @@ class Node:
     grad: str | None = None    # "grad: ..." when known (leaves, retain_grad tensors)
 
     def signature(self):
-        """What makes two nodes 'the same' when comparing graphs (no values, no ids)."""
-        return (self.kind, self.op, self.name, self.shape)
+        """What makes two nodes 'the same' when comparing graphs (no values, no ids).
+
+        The name counts only for inputs (``w`` against a detached copy); the variable
+        that happens to hold an op's output or a root (``loss_a``, ``loss_b``) does not.
+        """
+        name = self.name if self.kind in ("leaf", "constant", "saved") else None
+        return (self.kind, self.op, name, self.shape)
 
 
 @dataclass
