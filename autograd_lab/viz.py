@@ -157,8 +157,8 @@ def draw(*roots, params=None, view="grad_fn", show_saved=False, show_attrs=False
     PyTorch record the parent.
     """
     result = _walk_roots(roots, params=params, view=view, show_saved=show_saved,
-                         show_attrs=show_attrs, group_modules=group_modules,
-                         strip_suffix=strip_suffix, split_leaves=split_leaves)
+                         show_attrs=show_attrs, group_modules=group_modules, depth=depth,
+                         max_nodes=max_nodes, strip_suffix=strip_suffix, split_leaves=split_leaves)
     model = _finish_model(result.model, view, group_modules, depth, max_nodes)
     return Graph(model, legend=legend, layout_timeout=layout_timeout, title=title)
 
@@ -193,11 +193,16 @@ def diff(a, b):
     return out
 
 
-def _walk_roots(roots, *, params, view, show_saved, show_attrs, group_modules, strip_suffix, split_leaves):
+def _walk_roots(roots, *, params, view, show_saved, show_attrs, group_modules, depth, max_nodes,
+                strip_suffix, split_leaves):
     if view not in VIEWS:
         raise ValueError(f"view must be one of {VIEWS}; got {view!r}.")
     if group_modules is not None and not isinstance(group_modules, torch.nn.Module):
         raise TypeError(f"group_modules= expects an nn.Module; got {type(group_modules).__name__}.")
+    if depth is not None and group_modules is None:
+        raise ValueError("depth= collapses modules, so it needs group_modules=model as well.")
+    if max_nodes is not None and (not isinstance(max_nodes, int) or max_nodes < 1):
+        raise ValueError(f"max_nodes must be a whole number >= 1, or None to draw everything; got {max_nodes!r}.")
     named_roots = _flatten_roots(roots, "draw")
     names = naming.build_names(params=params, group_modules=group_modules,
                                namespace=naming.caller_namespace(),

@@ -462,6 +462,10 @@ def test_bad_options_say_what_to_do():
         draw(w * 2, params=[w])
     with pytest.raises(TypeError, match="group_modules= expects an nn.Module"):
         draw(w * 2, group_modules={"w": w})
+    with pytest.raises(ValueError, match="needs group_modules=model"):
+        draw(w * 2, depth=1)
+    with pytest.raises(ValueError, match="max_nodes must be a whole number"):
+        draw(w * 2, max_nodes=0)
 
 
 def test_tensor_without_history_is_one_node_with_a_note():
