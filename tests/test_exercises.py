@@ -272,6 +272,133 @@ def test_gradcheck_runs_in_float64_on_autograd_functions():
     assert result.misconception == "gradcheck" and "Jacobian mismatch" in result.messages[0]
 
 
+# --- detectors that see side effects and gradients ---------------------------------
+
+def _descend(parameter):
+    with torch.no_grad():
+        parameter.sub_(0.1 * parameter.grad)
+
+
+def _parameter_with_grad(seed, hidden):
+    generator = torch.Generator().manual_seed(seed)
+    parameter = torch.randn(3, generator=generator, dtype=torch.float64).requires_grad_()
+    parameter.grad = torch.randn(3, generator=generator, dtype=torch.float64)
+    return (parameter,)
+
+
+def _left_unchanged(student, reference, args, *, student_run):
+    return torch.equal(student_run.args_after[0], args[0])
+
+
+def _uphill(student, reference, args, *, student_run, reference_run):
+    before, ours, theirs = args[0], student_run.args_after[0], reference_run.args_after[0]
+    return torch.allclose(ours - before, before - theirs)
+
+
+def _rebinds(parameter):
+    parameter = parameter - 0.1 * parameter.grad   # a new local tensor: the argument is untouched
+
+
+def _ascends(parameter):
+    with torch.no_grad():
+        parameter.add_(0.1 * parameter.grad)
+
+
+def _make_sgd(*misconceptions):
+    return make(reference=_descend, inputs=_parameter_with_grad, compare=("args",),
+                misconceptions=misconceptions)
+
+
+def test_a_detector_that_asks_for_the_runs_sees_the_arguments_after_the_call():
+    _make_sgd(Misconception("rebinding", "Rebinding updates nothing.", _left_unchanged),
+              Misconception("ascent", "A step up the gradient.", _uphill))
+    rebound = check("99.sample", _rebinds)
+    assert rebound.misconception == "rebinding" and rebound.messages[0].startswith(
+        "Check 1 of 3 (on a float64 tensor of shape (3,)): Rebinding updates nothing. (argument 1:")
+    assert check("99.sample", _ascends).misconception == "ascent"
+    assert check("99.sample", _descend).status == "passed"
+
+
+def test_the_runs_come_from_the_records_so_the_grader_path_names_them_too(tmp_path):
+    exercise = _make_sgd(Misconception("ascent", "A step up the gradient.", _uphill))
+    seeds = exercise.public_seeds + exercise.hidden_seeds
+    torch.save({"student": {s: observe(exercise, _ascends, s) for s in seeds},
+                "reference": {s: observe(exercise, _descend, s) for s in seeds}}, tmp_path / "records.pt")
+    # In grading, the student's objects stay in the kernel: only the records reach judge().
+    loaded = torch.load(tmp_path / "records.pt", weights_only=True)
+    result = judge(exercise, loaded["student"], loaded["reference"])
+    assert result.misconception == "ascent" and result.hidden_total == 3 and result.hidden_passed == 0
+
+
+def _descends_twice(parameter):
+    _descend(parameter)
+    _descend(parameter)
+
+
+def test_arguments_after_the_call_carry_their_grad_without_touching_the_record():
+    seen = []
+
+    def overwrites_grads(student, reference, args, **runs):
+        seen.append({name: (run, run.args_after[0].grad.clone()) for name, run in runs.items()})
+        for run in runs.values():   # must not reach the records, which are cached
+            run.args_after[0].grad = torch.zeros_like(run.args_after[0])
+        return True
+
+    exercise = _make_sgd(Misconception("any", "Seen.", overwrites_grads))
+    assert check("99.sample", _descends_twice).misconception == "any"
+    assert set(seen[0]) == {"student_run", "reference_run"}   # **kwargs gets both runs
+    (student, student_grad), (reference, reference_grad) = seen[0]["student_run"], seen[0]["reference_run"]
+    original_grad = _parameter_with_grad(0, False)[0].grad
+    assert torch.equal(student_grad, original_grad) and torch.equal(reference_grad, original_grad)
+    assert student.output is None and student.input_grads is None   # "grad" is not compared here
+    cached = exercises.reference_records(exercise, (0,))[0]
+    assert torch.equal(cached["args_after"][0]["grad"], original_grad)
+    assert cached["args_after"][0]["value"].grad is None   # the record's tensor got no .grad attached
+    assert check("99.sample", _descends_twice).misconception == "any"   # the second check sees .grad too
+    assert len(seen) == 6 and torch.equal(seen[3]["reference_run"][1], original_grad)   # seed 0 again
+
+
+def test_a_detector_sees_the_input_gradients_of_both_sides():
+    seen = []
+
+    def sees_grads(student, reference, args, *, student_run, reference_run):
+        seen.append((student_run.input_grads, reference_run.input_grads))
+        return torch.allclose(student_run.input_grads[0], -reference_run.input_grads[0])
+
+    make(reference=lambda x: x ** 3, inputs=_leaf_inputs, compare=("value", "grad"),
+         misconceptions=(Misconception("backward_sign", "Your backward flips the sign.", sees_grads),))
+    assert check("99.sample", _CubeWrongBackward).misconception == "backward_sign"
+    student_grads, reference_grads = seen[0]
+    assert len(student_grads) == len(reference_grads) == 1
+    assert student_grads[0].shape == (3,) and not student_grads[0].requires_grad
+    assert check("99.sample", lambda x: x.detach() ** 3).misconception == "none"   # grads None: not detected
+
+
+def test_three_argument_detectors_are_called_as_before():
+    calls = []
+
+    def old_style(student, reference, args):
+        calls.append((student, reference, args))
+        return True
+
+    _make_sgd(Misconception("old", "An old-style detector.", old_style))
+    assert check("99.sample", _rebinds).misconception == "old"
+    student, reference, args = calls[0]
+    assert student is None and reference is None
+    assert isinstance(args, tuple) and args[0].shape == (3,)
+    assert check("99.sample", lambda p: None).misconception == "old"   # lambdas too
+
+
+def test_a_detector_that_could_never_be_called_is_refused_at_definition():
+    def misspelt(student, reference, args, *, student_runs):
+        return True
+
+    with pytest.raises(TypeError, match="may only ask for the keyword parameters student_run and reference_run"):
+        Misconception("typo", "never shown", misspelt)
+    with pytest.raises(TypeError, match=r"cannot be called as detect\(student, reference, args\)"):
+        Misconception("two", "never shown", lambda student, reference: True)
+
+
 # --- hidden checks ---------------------------------------------------------------
 
 def test_hidden_checks_count_but_never_leak_their_inputs():

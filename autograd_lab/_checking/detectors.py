@@ -72,6 +72,22 @@ def _detects(detect, args, runs):
         return False
 
 
+def validate_detector(detect, where):
+    """Refuse a detector that could never be called (it would silently detect nothing)."""
+    if not callable(detect):
+        raise TypeError(f"{where}: detect must be a function (student, reference, args) -> bool.")
+    try:
+        signature = inspect.signature(detect)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(None, None, None, **_accepted(detect, dict.fromkeys(RUN_PARAMETERS)))
+    except TypeError:
+        raise TypeError(f"{where}: detect{signature} cannot be called as detect(student, reference, args); "
+                        f"besides those three it may only ask for the keyword parameters "
+                        f"{' and '.join(RUN_PARAMETERS)}.") from None
+
+
 def _accepted(detect, runs):
     """The runs that ``detect`` declares a parameter for; all of them for ``**kwargs``."""
     try:

@@ -13,6 +13,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from .detectors import validate_detector
+
 SOLUTIONS_PACKAGE = "autograd_lab.solutions"
 COMPARE_KINDS = ("value", "state", "args", "grad")
 KINDS = ("function", "value")
@@ -46,7 +48,10 @@ class Misconception:
 
     tag: str
     message: str
-    detect: Callable[[Any, Any, tuple], bool]
+    detect: Callable[..., bool]
+
+    def __post_init__(self):
+        validate_detector(self.detect, f"Misconception {self.tag!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
