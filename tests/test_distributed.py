@@ -58,3 +58,33 @@ def test_launch_refuses_functions_spawn_cannot_import():
         launch(local_scenario)
     with pytest.raises(ValueError, match="world_size"):
         launch(scenarios.ddp_step, world_size=0)
+
+
+def test_ddp_starts_every_rank_from_rank_0s_weights():
+    run = launch(scenarios.initial_weights, timeout=120)
+    assert run.ok, run.errors
+    expected = scenarios.make_model(seed=0).state_dict()
+    for rank in (0, 1):
+        for name, weight in run.results[rank]["weights"].items():
+            assert torch.equal(weight, expected[name])
+
+
+def test_an_unused_parameter_leaves_the_first_step_unsynchronised():
+    run = launch(scenarios.unused_parameters, timeout=120, find_unused_parameters=False, steps=1)
+    assert run.ok, run.errors
+    model = scenarios.make_model()
+    x, y = scenarios.make_data(8)
+    F.mse_loss(model(x[:4]), y[:4]).backward()          # rank 0's own shard, alone
+    for name, grad in run.results[0]["body_grads"].items():
+        torch.testing.assert_close(grad, dict(model.named_parameters())[name].grad)
+
+
+def test_batchnorm_statistics_differ_per_rank_until_ddp_broadcasts_rank_0s():
+    run = launch(scenarios.batchnorm_statistics, timeout=120)
+    assert run.ok, run.errors
+    first, second = run.results[0], run.results[1]
+    assert not torch.allclose(first["running_mean"], second["running_mean"])
+    assert torch.equal(second["running_mean_after_eval_forward"], first["running_mean"])
+    synced = launch(scenarios.batchnorm_statistics, timeout=120, sync=True)
+    with pytest.raises(RankError, match="SyncBatchNorm layers only work with GPU modules"):
+        synced.raise_errors()
