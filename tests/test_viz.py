@@ -207,10 +207,27 @@ def test_diff_ignores_the_names_of_outputs():
     loss_a = (w * 2).relu().sum()
     loss_b = (w * 2).pow(2).sum()
     d = diff(draw(loss_a), draw(loss_b))
-    assert [label.split("\n")[0] for label in d.only_in_a] == ["ReluBackward0"]
-    assert [label.split("\n")[0] for label in d.only_in_b] == ["PowBackward0"]
+    assert [label.split()[0] for label in d.only_in_a] == ["ReluBackward0"]
+    assert [label.split()[0] for label in d.only_in_b] == ["PowBackward0"]
+    assert all("\n" not in label for label in d.only_in_a + d.only_in_b)
     same = diff(draw(loss_a), draw(loss_a))
     assert same.only_in_a == [] and same.only_in_b == []
+
+
+def test_diff_draws_both_graphs_apart_and_invents_no_edge():
+    # A branch on a tensor value gives two graphs that share most of their nodes;
+    # merging them by label once connected nodes that no graph connects.
+    w = torch.randn(3, requires_grad=True)
+    x = torch.randn(3)
+    first, second = draw((w * x).relu().sum()), draw((w * x * 2).sum())
+    d = diff(first, second)
+    assert len(d.nodes) == len(first.nodes) + len(second.nodes)
+    frames = {n.cluster[0] for n in d.nodes}
+    assert frames == {"first graph", "second graph"}
+    for prefix, graph in (("a_", first), ("b_", second)):
+        own = {(s[len(prefix):], t[len(prefix):]) for s, t in d.edges if s.startswith(prefix)}
+        assert own == set(graph.edges)
+    assert all(s[:2] == t[:2] for s, t in d.edges)  # no edge crosses between the two graphs
 
 
 def test_in_place_after_save_is_flagged_stale_before_backward():

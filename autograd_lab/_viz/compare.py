@@ -1,10 +1,17 @@
 """The difference of two drawn graphs, for "with vs without detach()" lessons.
 
+The two graphs are drawn side by side, each in its own frame, with every node
+that has no counterpart in the other graph highlighted.  Drawing them apart
+(rather than merging matched nodes into one picture) never invents an edge that
+neither graph has.
+
 Nodes are matched by what they are (kind, op, name, shape), never by id or value;
 the k-th such node of one graph matches the k-th of the other.
 """
 
 from dataclasses import replace
+
+SIDES = (("a", "first graph", "only_a"), ("b", "second graph", "only_b"))
 
 
 def _occurrences(nodes):
@@ -17,25 +24,41 @@ def _occurrences(nodes):
     return keys
 
 
+def _one_line(label):
+    return " ".join(label.split())
+
+
+def _framed(model, prefix, title, unmatched, mark):
+    """Copies of ``model``'s nodes and edges, renamed with ``prefix`` and nested in a frame."""
+    frame = (title,)
+    nodes = [replace(n, id=f"{prefix}_{n.id}", cluster=frame + n.cluster,
+                     mark=mark if n.id in unmatched else n.mark) for n in model.nodes]
+    rename = {n.id: f"{prefix}_{n.id}" for n in model.nodes}
+    edges = [(rename[s], rename[d]) for s, d in model.edges]
+    edge_kinds = {(rename[s], rename[d]): k for (s, d), k in model.edge_kinds.items()}
+    edge_labels = {(rename[s], rename[d]): t for (s, d), t in model.edge_labels.items()}
+    clusters = {frame + path: label for path, label in model.cluster_labels.items()}
+    clusters[frame] = title
+    return nodes, edges, edge_kinds, edge_labels, clusters
+
+
 def diff_models(a, b):
-    """(model, labels only in a, labels only in b): a's graph plus b's extras, both highlighted."""
+    """(model, labels only in a, labels only in b): both graphs side by side, differences marked."""
     keys_a, keys_b = _occurrences(a.nodes), _occurrences(b.nodes)
-    id_in_a = {key: node_id for node_id, key in keys_a.items()}
-    in_b = set(keys_b.values())
-    out = a.copy()
-    for node in out.nodes:
-        if keys_a[node.id] not in in_b:
-            node.mark = "only_a"
-    b_to_out = {}
-    for node in b.nodes:
-        match = id_in_a.get(keys_b[node.id])
-        if match is None:
-            extra = replace(node, id="b_" + node.id, mark="only_b")
-            out.nodes.append(extra)
-            match = extra.id
-        b_to_out[node.id] = match
-    out.edges = list(dict.fromkeys(out.edges + [(b_to_out[s], b_to_out[d]) for s, d in b.edges]))
-    only_a = [n.label for n in out.nodes if n.mark == "only_a"]
-    only_b = [n.label for n in out.nodes if n.mark == "only_b"]
+    unmatched_a = {n for n, key in keys_a.items() if key not in set(keys_b.values())}
+    unmatched_b = {n for n, key in keys_b.items() if key not in set(keys_a.values())}
+    out = a.copy(nodes=[])
+    out.edges, out.edge_kinds, out.edge_labels, out.cluster_labels = [], {}, {}, {}
+    for model, unmatched, (prefix, title, mark) in ((a, unmatched_a, SIDES[0]), (b, unmatched_b, SIDES[1])):
+        nodes, edges, kinds, labels, clusters = _framed(model, prefix, title, unmatched, mark)
+        out.nodes += nodes
+        out.edges += edges
+        out.edge_kinds.update(kinds)
+        out.edge_labels.update(labels)
+        out.cluster_labels.update(clusters)
+    out.stale_ops = a.stale_ops + b.stale_ops
+    out.freed_ops = a.freed_ops + b.freed_ops
+    only_a = [_one_line(n.label) for n in a.nodes if n.id in unmatched_a]
+    only_b = [_one_line(n.label) for n in b.nodes if n.id in unmatched_b]
     out.notes = [f"Only in the first graph: {len(only_a)} nodes; only in the second: {len(only_b)}."]
     return out, only_a, only_b
