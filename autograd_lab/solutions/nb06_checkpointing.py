@@ -133,29 +133,8 @@ def _frozen_input_model(seed, hidden):
     return nn.Sequential(*blocks), x
 
 
-def _plain_step(model, x):
-    from autograd_lab.memory import saved_tensors
-
-    with saved_tensors(exclude=model.parameters()) as saved:
-        loss = model(x).pow(2).mean()
-    loss.backward()
-    return loss, saved.count
-
-
-def _no_backward(model, x):
-    from torch.utils.checkpoint import checkpoint
-
-    from autograd_lab.memory import saved_tensors
-
-    with saved_tensors(exclude=model.parameters()) as saved:
-        h = x
-        for block in model:
-            h = checkpoint(block, h, use_reentrant=False)
-        loss = h.pow(2).mean()
-    return loss, saved.count
-
-
-def _reentrant_step(model, x):
+def _mistaken_step(model, x, *, wrap=True, reentrant=False, backward=True):
+    """The reference with one thing changed: the wrong answers students actually write."""
     import warnings
 
     from torch.utils.checkpoint import checkpoint
@@ -163,14 +142,19 @@ def _reentrant_step(model, x):
     from autograd_lab.memory import saved_tensors
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "None of the inputs have requires_grad=True"
+        warnings.simplefilter("ignore")  # reentrant + frozen input: "None of the inputs have requires_grad=True"
         with saved_tensors(exclude=model.parameters()) as saved:
             h = x
             for block in model:
-                h = checkpoint(block, h, use_reentrant=True)
+                h = checkpoint(block, h, use_reentrant=reentrant) if wrap else block(h)
             loss = h.pow(2).mean()
-    loss.backward()
+    if backward:
+        loss.backward()
     return loss, saved.count
+
+
+def _plain_step(model, x):
+    return _mistaken_step(model, x, wrap=False)
 
 
 def _depth(parameters):
@@ -205,7 +189,9 @@ register(Exercise(
     ),
     wrong_answers=(
         WrongAnswer(_plain_step, expect="not_checkpointed"),
-        WrongAnswer(_no_backward, expect="none", note="forgot loss.backward(): no parameter gradients"),
-        WrongAnswer(_reentrant_step, expect="error", note="reentrant + frozen input: the loss has no grad_fn"),
+        WrongAnswer(lambda model, x: _mistaken_step(model, x, backward=False), expect="none",
+                    note="forgot loss.backward(): no parameter gradients"),
+        WrongAnswer(lambda model, x: _mistaken_step(model, x, reentrant=True), expect="error",
+                    note="reentrant + frozen input: the loss has no grad_fn"),
     ),
 ))
