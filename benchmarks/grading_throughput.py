@@ -105,7 +105,12 @@ def time_nbgrader(nbgrader, files, root, cell_timeout):
                          capture_output=True, text=True)
     wall = time.monotonic() - started
     graded = len(list((root / "autograded").glob("*/ps0/ps0.ipynb")))
-    return wall, graded, run.returncode
+    log = (run.stdout + run.stderr).splitlines()
+    first_error = next((i for i, line in enumerate(log) if "| ERROR]" in line), None)
+    # The line before nbgrader's first error usually names the submission and the cause.
+    why = " / ".join(line.split("]", 1)[-1].strip() for line in log[max(first_error - 1, 0):first_error + 1]) \
+        if first_error is not None else ""
+    return wall, graded, run.returncode, why
 
 
 def main(argv=None):
@@ -133,9 +138,12 @@ def main(argv=None):
     print(f"| autograd-lab grade | {len(files)} | {args.jobs} | {args.cell_timeout:g} s | {wall:.0f} s | "
           f"{wall / len(files):.1f} s |")
     if peer:
-        peer_wall, graded, returncode = peer
+        peer_wall, graded, returncode, why = peer
         print(f"| nbgrader autograde (exit status {returncode}, {graded} notebooks autograded) | {len(files)} | 1 "
-              f"(serial only) | {args.cell_timeout:g} s | {peer_wall:.0f} s | {peer_wall / len(files):.1f} s |")
+              f"(serial only) | {args.cell_timeout:g} s | {peer_wall:.0f} s | {peer_wall / max(graded, 1):.1f} s "
+              "per notebook it graded |")
+        if why:
+            print(f"\nnbgrader's first error: {why[:300]}")
     print(f"\nExercise verdicts: {dict(sorted(statuses.items()))}")
     print(f"Target: under 180 s. {'Met' if wall < 180 else 'Not met'} in this run.")
 
