@@ -7,7 +7,6 @@ import torch
 from autograd_lab.exercises import Exercise, Misconception, WrongAnswer, register
 
 FP16_MAX = 65504.0
-FP16_SMALLEST_SUBNORMAL = 2.0 ** -24
 
 
 # --- 05.pick_scale ------------------------------------------------------------------

@@ -21,14 +21,17 @@ def _block_count(seed, hidden):
     return ((hidden_counts if hidden else public)[seed % 3],)
 
 
+def _largest_of_ties(n):
+    counts = {s: (s - 1) + n // s + 1 for s in range(1, n + 1) if n % s == 0}
+    return max(s for s, count in counts.items() if count == min(counts.values()))
+
+
 register(Exercise(
     id="06.best_segments",
     title="The segment count that keeps the fewest activations",
     answer_name="best_segments",
     reference=best_segments,
     inputs=_block_count,
-    public_seeds=(0, 1, 2),
-    hidden_seeds=(101, 102, 103),
     points=1,
     hints=(
         "Only segment counts that divide n give uniform segments: try every divisor s of n.",
@@ -46,9 +49,7 @@ register(Exercise(
     ),
     wrong_answers=(
         WrongAnswer(lambda n: n ** 0.5, expect="not_divisor", note="sqrt(n) itself, rarely a divisor"),
-        WrongAnswer(lambda n: max(s for s in range(1, n + 1) if n % s == 0 and s * s <= 4 * n and
-                                  (s - 1) + n // s == (best_segments(n) - 1) + n // best_segments(n)),
-                    expect="tie_break"),
+        WrongAnswer(_largest_of_ties, expect="tie_break", note="the right count, the wrong side of sqrt(n)"),
         WrongAnswer(lambda n: n, expect="extreme"),
         WrongAnswer(lambda n: 1, expect="extreme"),
     ),
