@@ -183,6 +183,19 @@ def _never_synced(model, micro_batches):
             (F.mse_loss(model(x), y) / len(micro_batches)).backward()
 
 
+def _allreduces(run):
+    """How many gradient all-reduces the DDP model ran (its counting parameter, after the call)."""
+    return int(run.args_after[0]["module.gradient_allreduces"])
+
+
+def _synced_every_micro_batch(student, reference, args, *, student_run, reference_run):
+    return _allreduces(student_run) == len(args[1]) > _allreduces(reference_run)
+
+
+def _never_all_reduced(student, reference, args, *, student_run):
+    return _allreduces(student_run) == 0
+
+
 register(Exercise(
     id="08.no_sync_loop",
     title="Fix a no_sync accumulation loop",
@@ -197,9 +210,20 @@ register(Exercise(
         "last one normally so that its backward all-reduces once.",
         "Divide each micro-batch loss by the number of micro-batches, so the sum is the batch mean.",
     ),
+    misconceptions=(
+        Misconception("forward_outside_no_sync",
+                      "Your loop all-reduced after every micro-batch, not once: DDP decides whether the next "
+                      "backward will all-reduce when the forward runs, so the forward must be inside "
+                      "`with model.no_sync():` too, not only the backward.",
+                      _synced_every_micro_batch),
+        Misconception("never_synced",
+                      "Your loop never all-reduced: with every backward inside no_sync(), the ranks' gradients "
+                      "are never averaged and the replicas drift apart. Run the last micro-batch outside no_sync().",
+                      _never_all_reduced),
+    ),
     wrong_answers=(
-        WrongAnswer(_forward_outside, expect="wrong_value", note="all-reduces every micro-batch"),
-        WrongAnswer(_never_synced, expect="wrong_value", note="never all-reduces"),
+        WrongAnswer(_forward_outside, expect="forward_outside_no_sync"),
+        WrongAnswer(_never_synced, expect="never_synced"),
         WrongAnswer(_no_division, expect="scaled"),
     ),
 ))
