@@ -63,7 +63,7 @@ def cast_fate(values, dtype=torch.float16, scale=1.0):
     missing gradients, are skipped). The product is taken in float64 so that
     the scaling itself never rounds.
     """
-    if not torch.finfo(dtype).bits < 32:
+    if torch.finfo(dtype).bits >= 32:
         raise ValueError(f"cast_fate compares against a low-precision format; got {dtype}. Use torch.float16 or torch.bfloat16.")
     if not scale > 0:
         raise ValueError(f"scale must be a positive number, got {scale!r}.")
