@@ -619,3 +619,14 @@ def test_wrong_answers_are_checked_by_the_bank():
     exercise = get("00.cube_grad")
     assert all(isinstance(item, WrongAnswer) for item in exercise.wrong_answers)
     assert {item.expect for item in exercise.wrong_answers} >= {"doubled", "sign_flipped", "none", "scaled"}
+
+
+def test_judge_refuses_a_forged_status():
+    # A record is data from the student's process: a status observe never writes
+    # (such as "passed") must not pass, whoever forged it.
+    exercise = get("00.cube_grad")
+    reference = {seed: observe(exercise, exercise.reference, seed) for seed in exercise.public_seeds}
+    forged = {seed: dict(record, status="passed") for seed, record in reference.items()}
+    result = judge(exercise, forged, reference)
+    assert result.status == "error" and result.score == 0
+    assert "not a record made by observe" in repr(result)

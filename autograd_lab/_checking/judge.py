@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from .compare import Finding, Tolerance, compare_values
 from .display import Result
 from .detectors import named
+from .observe import RECORD_STATUSES
 from .records import KIND, describe
 
 
@@ -55,6 +56,8 @@ def judge_case(exercise, student, reference):
     """The verdict on one case: passed, or the first difference found."""
     status = student["status"]
     seed, hidden, inputs = student["seed"], exercise.is_hidden(student["seed"]), describe_inputs(reference)
+    if status not in RECORD_STATUSES:
+        return Case(seed, hidden, "error", Finding("error", f"not a record made by observe (status {status!r})"), inputs)
     if status != "ok":
         return Case(seed, hidden, status, Finding(status, student.get("error") or ""), inputs)
     finding = first_difference(exercise, student, reference)

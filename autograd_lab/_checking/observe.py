@@ -17,6 +17,9 @@ _TORCH_DIR = os.path.dirname(torch.__file__)
 _COTANGENT_SEED_OFFSET = 1_000_003
 
 
+# Every status a record can carry.  Anything else (a forged "passed") is not a record of ours.
+RECORD_STATUSES = ("ok", "not attempted", "error", "timed out")
+
 def observe(exercise, answer, seed, *, timeout=None):
     """The record of ``answer`` on the case ``seed`` of ``exercise`` (a plain dict).
 
