@@ -238,6 +238,24 @@ def test_launcher_applies_limits_then_drops_to_the_sandbox_user(tmp_path):
 
 # --- the sandbox user (needs root and a Python that other users may run) ----
 
+def test_a_kernel_without_sandbox_user_cannot_leave_another_students_report_changed(tmp_path):
+    # One job, in name order: the attacker runs after the victim's files are written.
+    import nbformat
+    folder, out = tmp_path / "submissions", tmp_path / "out"
+    folder.mkdir()
+    write_submissions(folder, ["partly_wrong"])["partly_wrong"].rename(folder / "a_victim.ipynb")
+    victim_files = [out / "students" / "a_victim.json", out / "gradescope" / "a_victim" / "results.json"]
+    tamper = (f"for path in {[str(p) for p in victim_files]!r}:\n"
+              "    open(path, 'w').write('{\"score\": 999}')")
+    nbformat.write(nbformat.v4.new_notebook(cells=base_cells() + [nbformat.v4.new_code_cell(tamper)]),
+                   str(folder / "b_attacker.ipynb"))
+    graded = grade_batch([str(folder)], Options(out=str(out), jobs=1, cell_timeout=30, progress=False))
+    reports_by_student = {r["student"]: r for r in graded}
+    assert reports_by_student["b_attacker"]["cells"][-1]["status"] == "ok"  # the write itself succeeded
+    for path in victim_files:
+        assert json.loads(path.read_text())["score"] == reports_by_student["a_victim"]["score"] != 999
+
+
 SANDBOX_PYTHON = os.environ.get("AUTOGRAD_LAB_TEST_KERNEL_PYTHON")
 
 

@@ -86,6 +86,10 @@ def grade_batch(arguments, options, stream=None):
     finally:
         # On Ctrl-C: start nothing new, let the running submissions finish, keep what is done.
         pool.shutdown(wait=True, cancel_futures=True)
+        # Every kernel is dead now. Without a sandbox user a hostile kernel could have
+        # rewritten the files of students graded before it: write them all again.
+        for report in done:
+            reports.write_student(options.out, report)
         ids = [exercise.id for exercise in chosen]
         reports.write_gradebook(options.out, done, ids)
         reports.write_item_analysis(options.out, done, ids)
