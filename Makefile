@@ -13,6 +13,10 @@ NBVAL := $(BIN)/python -m pytest -p no:cacheprovider --nbval-lax --nbval-current
 
 .PHONY: setup lab test test-package test-notebooks test-solved site doctor clean
 
+# Tests run two pytest workers on two cores: with torch's default of one thread per
+# core each, they oversubscribe the CPU and every step gets tens of times slower.
+test test-package test-notebooks test-solved: export OMP_NUM_THREADS = 1
+
 setup: $(STAMP)
 	@scripts/ensure-dot
 
