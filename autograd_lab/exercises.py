@@ -65,7 +65,11 @@ def claims(key, value=True):
     ``Misconception("non_leaf", "h is not a leaf ...", claims("h"))``
     """
     def detect(student, reference, args):
-        return isinstance(student, dict) and student.get(key) is value
+        if not isinstance(student, dict) or key not in student:
+            return False
+        # Equal and of the same type: True must not match 1, and a decoded record holds
+        # new string objects, so identity would miss equal strings.
+        return type(student[key]) is type(value) and student[key] == value
     return detect
 
 

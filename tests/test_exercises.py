@@ -630,3 +630,12 @@ def test_judge_refuses_a_forged_status():
     result = judge(exercise, forged, reference)
     assert result.status == "error" and result.score == 0
     assert "not a record made by observe" in repr(result)
+
+
+def test_claims_compares_equal_values_of_the_same_type():
+    says_one, says_cause = exercises.claims("A", 1), exercises.claims("A", "no_zero_grad")
+    assert says_one({"A": 1}, None, ())
+    assert not says_one({"A": True}, None, ())        # True == 1, but it is not the claim
+    assert not says_one({"B": 1}, None, ()) and not says_one([1], None, ())
+    decoded = "".join(["no_zero", "_grad"])           # equal, but a different object
+    assert says_cause({"A": decoded}, None, ())

@@ -5,7 +5,7 @@ import re
 import torch
 import torch.nn as nn
 
-from autograd_lab.exercises import Exercise, Misconception, WrongAnswer, register
+from autograd_lab.exercises import Exercise, Misconception, WrongAnswer, claims, register
 
 # --- 07.diagnose ------------------------------------------------------------------
 
@@ -17,10 +17,6 @@ def diagnosis():
     # B: torch.tensor(pred) copies the prediction out of the graph: .grad stays None.
     # C: the optimizer was built over model[0] only: the last layer never moves.
     return dict(DIAGNOSIS)
-
-
-def _says(loop, wrong_cause):
-    return lambda student, reference, args: isinstance(student, dict) and student.get(loop) == wrong_cause
 
 
 register(Exercise(
@@ -40,15 +36,15 @@ register(Exercise(
         Misconception("missing_zero_grad",
                       "Loop A does call zero_grad(): the bug is where. Between backward() and step() it "
                       "clears the gradient that step() needed, so the weights never move.",
-                      _says("A", "no_zero_grad")),
+                      claims("A", "no_zero_grad")),
         Misconception("frozen_not_cut",
                       "Loop B freezes nothing: torch.tensor(pred) copies the prediction into a new leaf "
                       "with no history, so backward never reaches the model (.grad stays None).",
-                      _says("B", "frozen_parameter")),
+                      claims("B", "frozen_parameter")),
         Misconception("learning_rate",
                       "Loop C's learning rate is fine for the first layer, which moves; the last layer is "
                       "not in the optimizer's param groups, so step() never touches it.",
-                      _says("C", "learning_rate_too_small")),
+                      claims("C", "learning_rate_too_small")),
     ),
     wrong_answers=(
         WrongAnswer(dict(DIAGNOSIS, A="no_zero_grad"), expect="missing_zero_grad"),

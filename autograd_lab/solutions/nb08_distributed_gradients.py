@@ -7,7 +7,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from autograd_lab.ddp_scenarios import counting_allreduce
 from autograd_lab.distributed import single_process_group
-from autograd_lab.exercises import Exercise, Misconception, WrongAnswer, register
+from autograd_lab.exercises import Exercise, Misconception, WrongAnswer, claims, register
 
 # --- 08.grad_scale --------------------------------------------------------------------
 
@@ -27,10 +27,6 @@ def _scaled_by(factor):
         return (isinstance(student, dict) and set(student) == set(reference)
                 and all(abs(student[key] - factor * reference[key]) < 1e-9 for key in reference))
     return detect
-
-
-def _accumulation_averaged(student, reference, args):
-    return isinstance(student, dict) and student.get("A") == 1
 
 
 register(Exercise(
@@ -53,7 +49,7 @@ register(Exercise(
         Misconception("accumulation_averages",
                       "Setup A is not 1: backward() adds into .grad, so K micro-batch means accumulate to "
                       "K times the mean unless each loss is divided by K.",
-                      _accumulation_averaged),
+                      claims("A", 1)),
     ),
     wrong_answers=(
         WrongAnswer({"A": 8, "B": 2, "C": 6}, expect="ddp_sums"),
