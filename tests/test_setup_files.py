@@ -97,3 +97,26 @@ def test_nbval_sanitize_file_is_well_formed():
 
     assert sanitize("<MulBackward0 object at 0x7f12ab34cd56>") == "<MulBackward0 object at 0xADDRESS>"
     assert sanitize('File /tmp/ipykernel_4242/123456.py:3') == "File IPYKERNEL_CELL:3"
+
+
+def test_ensure_dot_stops_with_instructions_when_it_cannot_install(tmp_path):
+    # A PATH with the shell's basic tools but no dot, apt-get or brew: nothing to
+    # install with, so the script must stop and say exactly how to get graphviz.
+    import shutil
+    import subprocess
+
+    for tool in ("bash", "uname", "id", "cat"):
+        (tmp_path / tool).symlink_to(shutil.which(tool))
+    result = subprocess.run(["bash", str(ROOT / "scripts" / "ensure-dot")], capture_output=True,
+                            text=True, env={"PATH": str(tmp_path)}, timeout=60)
+    assert result.returncode == 1
+    assert "graphviz 'dot' binary is missing" in result.stderr
+    for fix in ("sudo apt-get install graphviz", "brew install graphviz", "conda install -c conda-forge graphviz"):
+        assert fix in result.stderr
+
+
+def test_ensure_dot_is_quiet_and_quick_when_dot_exists():
+    import subprocess
+
+    result = subprocess.run(["bash", str(ROOT / "scripts" / "ensure-dot")], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stderr == ""
