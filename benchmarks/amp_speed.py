@@ -12,14 +12,12 @@ It prints Markdown tables for ``docs/benchmarks.md``: CPU always (small default
 sizes, because CPU float16 is slow), CUDA when present (``--gpu-width``, ``--gpu-batch``).
 """
 
-import argparse
-import datetime
-import os
 import platform
 
 import torch
 import torch.nn as nn
 
+from _common import measured_on, parse, timing_parser
 from autograd_lab.amp_timing import measure_precision
 
 
@@ -47,18 +45,9 @@ def table(width, depth, batch, device, modes, repeat):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--width", type=int, default=512)
+    parser = timing_parser(__doc__.splitlines()[0], width=512, batch=128, gpu_width=4096, gpu_batch=2048)
     parser.add_argument("--depth", type=int, default=4)
-    parser.add_argument("--batch", type=int, default=128)
-    parser.add_argument("--gpu-width", type=int, default=4096)
-    parser.add_argument("--gpu-batch", type=int, default=2048)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads (1 gives stable timings on a machine shared with other jobs)")
-    args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    args = parse(parser, argv)
     print(f"\nCPU ({platform.machine()}, {torch.get_num_threads()} threads): MLP of {args.depth} x "
           f"Linear({args.width}, {args.width}) + ReLU, batch {args.batch}, median of {args.repeat}.\n")
     print(table(args.width, args.depth, args.batch, "cpu", ("fp32", "bf16", "fp16"), args.repeat))
@@ -69,8 +58,7 @@ def main(argv=None):
                     max(args.repeat, 10)))
     else:
         print("\nCUDA: not measured (no GPU on this machine).")
-    print(f"\nMeasured {datetime.date.today()} on {platform.machine()}, {os.cpu_count()} CPU cores, "
-          f"torch {torch.__version__}; 1-minute load average at the end: {os.getloadavg()[0]:.1f}.")
+    print(f"\n{measured_on()}")
 
 
 if __name__ == "__main__":

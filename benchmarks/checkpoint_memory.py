@@ -14,15 +14,13 @@ the CPU-side count must predict. Run::
 It prints Markdown tables for ``docs/benchmarks.md``: CPU always, CUDA when present.
 """
 
-import argparse
-import datetime
-import os
 import platform
 
 import torch
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint_sequential
 
+from _common import measured_on, parse, timing_parser
 from autograd_lab.recompute import measure_segments
 
 
@@ -66,18 +64,9 @@ def table(model, x, device, repeat):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = timing_parser(__doc__.splitlines()[0], width=256, batch=256, gpu_width=1024, gpu_batch=8192)
     parser.add_argument("--blocks", type=int, default=64)
-    parser.add_argument("--width", type=int, default=256)
-    parser.add_argument("--batch", type=int, default=256)
-    parser.add_argument("--gpu-width", type=int, default=1024)
-    parser.add_argument("--gpu-batch", type=int, default=8192)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads (1 gives stable timings on a machine shared with other jobs)")
-    args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    args = parse(parser, argv)
     torch.manual_seed(0)
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     for device in devices:
@@ -90,8 +79,7 @@ def main(argv=None):
         print(table(model, x, device, args.repeat))
     if "cuda" not in devices:
         print("\nCUDA: not measured (no GPU on this machine).")
-    print(f"\nMeasured {datetime.date.today()} on {platform.machine()}, {os.cpu_count()} CPU cores, "
-          f"torch {torch.__version__}; 1-minute load average at the end: {os.getloadavg()[0]:.1f}.")
+    print(f"\n{measured_on()}")
 
 
 if __name__ == "__main__":
