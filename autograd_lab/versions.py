@@ -1,0 +1,158 @@
+"""Every behaviour of PyTorch that the course teaches and that differs between releases.
+
+The course supports a range of torch releases (``SUPPORTED``).  Where releases in
+that range behave differently, the difference lives here, once, as a ``Behaviour``:
+what each variant is and the first release that has it.  Notebooks then
+
+* assert what the installed torch does: ``behaviour("...").value``;
+* say what other releases do, in prose generated from here: ``.explain()``;
+* accept every variant of an error message: ``error_starts("...")`` for
+  ``expect_error``;
+* skip a feature the installed torch lacks with one line: ``requires("...")``.
+
+A variant's ``since`` is the first release measured to have it (``docs/compatibility.md``
+records the matrix that checks these boundaries).  This module imports torch only to
+read its version, and ``parse``/``SUPPORTED`` work without torch, for ``doctor``.
+"""
+
+import re
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+# The tested range: the oldest and the newest release CI runs, plus the pinned reference.
+# pyproject.toml's torch range must say the same (tests/test_versions.py checks it).
+OLDEST = "2.5.1"
+NEWEST = "2.15.0"
+PINNED = "2.13.0"
+SUPPORTED = (">=2.5", "<2.16")   # as written in pyproject.toml
+
+
+def parse(version):
+    """``"2.13.0+cpu"`` -> ``(2, 13, 0)``; local labels and pre-release tags are ignored."""
+    match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", str(version))
+    if match is None:
+        raise ValueError(f"not a torch version: {version!r}")
+    return tuple(int(part or 0) for part in match.groups())
+
+
+def installed():
+    """The installed torch's version as a string without its local label (``"2.13.0"``)."""
+    import torch
+    return ".".join(map(str, parse(torch.__version__)))
+
+
+def in_supported_range(version):
+    low, high = (parse(bound.lstrip("<>=")) for bound in SUPPORTED)
+    return low <= parse(version) < high
+
+
+@dataclass(frozen=True)
+class Variant:
+    since: str   # first release with this variant ("0" for "every release before the next")
+    value: Any   # what a cell asserts (a count, a flag, a message start)
+    says: str    # the behaviour in words, to complete "torch X ..."
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    name: str
+    topic: str
+    variants: tuple   # oldest first
+
+    def variant_for(self, version):
+        chosen = self.variants[0]
+        for variant in self.variants:
+            if parse(version) >= parse(variant.since):
+                chosen = variant
+        return chosen
+
+    @property
+    def current(self):
+        return self.variant_for(installed())
+
+    @property
+    def value(self):
+        return self.current.value
+
+    @property
+    def values(self):
+        return tuple(variant.value for variant in self.variants)
+
+    def explain(self):
+        """One paragraph: what the installed torch does, then what the other releases do."""
+        mine = installed()
+        current = self.variant_for(mine)
+        others = [v for v in self.variants if v is not current]
+        text = f"Your torch {mine} {current.says}."
+        for other in others:
+            if parse(other.since) > parse(mine):
+                text += f" From torch {other.since}, it {other.says}."
+            else:
+                text += f" Before torch {_next_since(self.variants, other)}, it {other.says}."
+        return text
+
+
+def _next_since(variants, variant):
+    index = variants.index(variant)
+    return variants[index + 1].since
+
+
+_BEHAVIOURS = (
+    Behaviour("unused_input_message", "autograd.grad with an input the output does not use", (
+        Variant("0", "One of the differentiated Tensors appears to not have been used in the graph",
+                "says \"One of the differentiated Tensors appears to not have been used in the graph\""),
+        Variant("2.13.0", "The differentiated Tensor at index",
+                "says \"The differentiated Tensor at index 1 appears to not have been used in the graph\", "
+                "naming the unused input's position"),
+    )),
+    Behaviour("checkpoint_saved_tensors", "tensors a non-reentrant checkpoint segment saves", (
+        Variant("0", 2, "saves an empty placeholder tensor of shape (0,) plus the segment input"),
+        Variant("2.12.0", 1, "saves only the segment input"),
+    )),
+    Behaviour("selective_checkpointing", "CheckpointPolicy and create_selective_checkpoint_contexts", (
+        Variant("0", False, "has no selective checkpointing API"),
+        Variant("2.5.0", True, "has CheckpointPolicy and create_selective_checkpoint_contexts"),
+    )),
+    Behaviour("ddp_forward_sync_buffers", "DDP's forward_sync_buffers parameter", (
+        Variant("0", False, "has only broadcast_buffers to control the buffer broadcast"),
+        Variant("2.13.0", True, "also has forward_sync_buffers"),
+    )),
+    Behaviour("jvp_jit_warning", "a FutureWarning about torch.jit.script on the first torch.func.jvp call", (
+        Variant("0", False, "prints no warning on the first torch.func.jvp call"),
+        Variant("2.14.0", True, "prints a FutureWarning about torch.jit.script on the first torch.func.jvp call"),
+    )),
+)
+BEHAVIOURS = {behaviour.name: behaviour for behaviour in _BEHAVIOURS}
+
+
+def behaviour(name):
+    return BEHAVIOURS[name]
+
+
+def error_starts(name):
+    """Every variant's message start, for ``expect_error(..., error_starts(name))``."""
+    return behaviour(name).values
+
+
+def requires(name, feature=None):
+    """True when the installed torch has ``name``; else print one line saying so and return False.
+
+    ``if requires("selective_checkpointing"): ...`` keeps a notebook running on an older torch.
+    """
+    b = behaviour(name)
+    if b.value:
+        return True
+    first = next(v.since for v in b.variants if v.value)
+    print(f"Skipped: {feature or b.topic} needs torch >= {first}; you have {installed()}.")
+    return False
+
+
+def quiet_untaught_warnings():
+    """Hide torch's own deprecation warnings that the course does not teach.
+
+    Each filter is narrow (category, message start and module) and says which
+    release needs it, so a new warning is never hidden by accident.
+    """
+    # torch >= 2.14: the first torch.func.jvp call warns that torch.jit.script is deprecated.
+    warnings.filterwarnings("ignore", category=FutureWarning, message=r"`?torch\.jit\.script`? is deprecated")
