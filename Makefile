@@ -11,7 +11,7 @@ SOLVED := build/solved
 NBVAL := $(BIN)/python -m pytest -p no:cacheprovider --nbval-lax --nbval-current-env \
 	--nbval-cell-timeout=120 --nbval-sanitize-with $(SANITIZE)
 
-.PHONY: setup lab test test-package test-notebooks test-solved site doctor clean
+.PHONY: setup lab test test-package test-notebooks test-solved test-matrix site doctor clean
 
 # Tests run two pytest workers on two cores: with torch's default of one thread per
 # core each, they oversubscribe the CPU and every step gets tens of times slower.
@@ -50,6 +50,12 @@ test-solved: setup
 	rm -rf $(SOLVED)
 	$(BIN)/autograd-lab solve notebooks --out $(SOLVED)
 	AUTOGRAD_LAB_STRICT=1 $(NBVAL) -n 2 --dist loadscope $(SOLVED)
+
+# The same tests on other torch releases, each in a cached venv outside the clone
+# (scripts/matrix-venv); writes docs/compatibility.md.  "pinned" means .venv itself.
+VERSIONS ?= 2.5.1 2.15.0
+test-matrix: setup
+	scripts/test-matrix $(VERSIONS)
 
 site: setup
 	$(BIN)/python -m autograd_lab.site notebooks --out build/site

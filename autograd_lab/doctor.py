@@ -90,8 +90,24 @@ def check_cpu_amp():
                    fix="Upgrade torch: the course pins torch==2.13.0 in requirements/course.txt (`make setup`).")
 
 
+def check_torch_range():
+    """The course is tested on a range of torch releases (``versions.SUPPORTED``); outside it, say so."""
+    from . import versions
+
+    version = _version("torch")
+    ok = versions.in_supported_range(version)
+    low, high = versions.SUPPORTED
+    detail = (f"{version}: inside the tested range {low},{high}" if ok
+              else f"{version}: outside the tested range {low},{high}; the labs may fail or teach what your torch does not do")
+    return Finding("torch range", ok, detail, fix=(
+        f"In the course's venv run `make setup` (it installs the reference torch=={versions.PINNED}), "
+        f"or in your own environment `pip install \"torch{low},{high}\"`."))
+
+
 def run_checks():
     findings = [check_python(), check_package("torch", "PyTorch")]
+    if findings[1].ok:
+        findings.append(check_torch_range())
     findings += [check_package(name, name) for name in ("jupyterlab", "nbval", "ipykernel", "graphviz")]
     findings.append(check_dot())
     if findings[1].ok:

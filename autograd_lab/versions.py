@@ -30,7 +30,7 @@ SUPPORTED = (">=2.5", "<2.16")   # as written in pyproject.toml
 
 def parse(version):
     """``"2.13.0+cpu"`` -> ``(2, 13, 0)``; local labels and pre-release tags are ignored."""
-    match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", str(version))
+    match = re.match(r"(\d+)(?:\.(\d+))?(?:\.(\d+))?", str(version))
     if match is None:
         raise ValueError(f"not a torch version: {version!r}")
     return tuple(int(part or 0) for part in match.groups())

@@ -43,3 +43,16 @@ def test_console_script_runs_doctor():
     result = subprocess.run([sys.executable, "-m", "autograd_lab.cli", "doctor"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_torch_outside_the_tested_range_is_a_problem_with_the_exact_fix(monkeypatch):
+    monkeypatch.setattr(doctor, "_version", lambda name: "2.4.1" if name == "torch" else "1.0")
+    finding = doctor.check_torch_range()
+    assert not finding.ok and finding.required
+    assert "outside the tested range >=2.5,<2.16" in finding.detail
+    assert 'pip install "torch>=2.5,<2.16"' in finding.fix and "torch==2.13.0" in finding.fix
+
+
+def test_torch_inside_the_tested_range_passes(monkeypatch):
+    monkeypatch.setattr(doctor, "_version", lambda name: "2.15.0+cu128")
+    assert doctor.check_torch_range().ok
