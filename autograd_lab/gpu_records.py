@@ -11,7 +11,9 @@ labelled with its machine, GPU, torch, CUDA and date, or says that none is
 committed yet.  GPU numbers are never typed by hand.
 """
 
+import importlib
 import json
+import pkgutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -33,6 +35,16 @@ def measurement(name):
         MEASUREMENTS[name] = function
         return function
     return register
+
+
+def discover():
+    """Import every module of the package, so that each registers its GPU measurements."""
+    import autograd_lab
+
+    for module in pkgutil.iter_modules(autograd_lab.__path__, "autograd_lab."):
+        if not module.ispkg:
+            importlib.import_module(module.name)
+    return MEASUREMENTS
 
 
 def load_records(directory=RECORDS_DIR):
