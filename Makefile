@@ -32,9 +32,15 @@ $(STAMP): pyproject.toml requirements/course.txt
 # Containers and Colab often run as root, which JupyterLab refuses without --allow-root.
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
+# Students work on their own copies in work/ (git ignores it), so the shipped notebooks/
+# stay pristine: `git pull` and `make test` keep working whatever a student did.
+# Kernels talk over local IPC sockets, not TCP, so ipykernel has no cause to warn.
+LAB_FLAGS := --KernelManager.transport=ipc $(ALLOW_ROOT)
+
 lab: setup
 	$(BIN)/autograd-lab doctor || true
-	$(BIN)/jupyter lab --notebook-dir=notebooks $(ALLOW_ROOT)
+	$(BIN)/autograd-lab workspace --course notebooks --work work
+	$(BIN)/jupyter lab --notebook-dir=work $(LAB_FLAGS)
 
 test: setup test-package test-notebooks test-solved
 

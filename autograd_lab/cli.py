@@ -24,6 +24,14 @@ def build_parser():
     solve.add_argument("--out", required=True, help="folder for the solved copies")
     solve.set_defaults(run=_runner("autograd_lab.solve"))
 
+    workspace = commands.add_parser("workspace", help="make your own copies of the notebooks in work/ (never overwrites them)")
+    reset = commands.add_parser("reset", help="replace your copy of notebook NN with a fresh one, keeping a backup")
+    reset.add_argument("notebook", metavar="NN", help="the notebook's number, e.g. 01")
+    for command in (workspace, reset):
+        command.add_argument("--course", default="notebooks", help="the shipped notebooks (default: notebooks)")
+        command.add_argument("--work", default="work", help="your copies (default: work)")
+        command.set_defaults(run=_runner("autograd_lab.workspace"))
+
     grade = commands.add_parser("grade", help="grade student submissions in batch")
     grade.add_argument("submissions", nargs="+", help="submitted .ipynb files or folders of them")
     grade.add_argument("--out", required=True, help="folder for the per-student JSON, gradebook and reports")
