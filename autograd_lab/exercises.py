@@ -33,6 +33,7 @@ from ._checking.registry import (
     all_exercises,
     get,
     grading_mode,
+    has_solutions,
     install_grading_guard,
     register,
 )
@@ -75,6 +76,9 @@ def claims(key, value=True):
 
 def reference_records(exercise, seeds):
     """The reference's records on ``seeds``; computed once per process and seed."""
+    public = getattr(exercise, "public_records", None)
+    if public is not None:  # a student build: records computed at release time
+        return {seed: public[seed] for seed in seeds}
     records = {}
     for seed in seeds:
         key = (exercise.id, seed)
@@ -92,6 +96,10 @@ def check(exercise_id, answer, *, timeout=DEFAULT_TIMEOUT):
     the main thread on a POSIX system; elsewhere the check runs without one.
     """
     exercise = get(exercise_id)
+    unavailable = getattr(exercise, "checked_only_when_graded", None)  # a student build (contracts §3)
+    if unavailable:
+        return Result(exercise_id=exercise.id, title=exercise.title, status="not attempted", score=0,
+                      max_score=exercise.points, misconception=None, messages=[unavailable])
     student = _observe_public(exercise, answer, timeout)
     result = judge(exercise, student, reference_records(exercise, exercise.public_seeds))
     if result.status != "not attempted":
@@ -129,6 +137,8 @@ def solution(exercise_id):
     exercise = get(exercise_id)
     if grading_mode():
         return Solution(exercise_id, False, reason="solutions are turned off while the assignment is graded.")
+    if not has_solutions():
+        return Solution(exercise_id, False, reason="solutions are not part of this build (a student release).")
     if exercise_id not in _attempted:
         return Solution(exercise_id, False, reason=(
             f"the solution unlocks after your first attempt: write your answer, run "

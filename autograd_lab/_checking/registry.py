@@ -178,6 +178,11 @@ def load_all():
     global _loaded
     if _loaded:
         return
+    if not has_solutions():  # a student build: exercises come from public data (contracts §3)
+        from . import public
+        public.load_all(register)
+        _loaded = True
+        return
     with _solutions_unblocked():
         package = importlib.import_module(SOLUTIONS_PACKAGE)
         for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
@@ -186,6 +191,12 @@ def load_all():
     _loaded = True
     if grading_mode():
         _hide_solution_modules()
+
+
+def has_solutions():
+    """True in the repository and in a self-study build; False in a student release."""
+    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return os.path.isdir(os.path.join(package_dir, "solutions"))
 
 
 # --- graded mode -----------------------------------------------------------

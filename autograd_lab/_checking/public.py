@@ -1,0 +1,203 @@
+"""Exercises of a student build, loaded from data instead of reference code.
+
+A release (``autograd-lab release``, see ``docs/contracts.md`` §3) has no
+``autograd_lab/solutions/``.  It has ``autograd_lab/public/<NN>.pt`` instead: one
+file per notebook holding, per exercise,
+
+* the public metadata (id, title, answer name, points, hints, compare kinds,
+  tolerances, and any other plain field of ``Exercise``);
+* the public inputs, pickled per public seed (each check loads a fresh copy,
+  because answers may change their arguments);
+* the reference's records on the public seeds, computed at release time.  For a
+  value exercise (a prediction) the expected value is replaced by salted hashes
+  of its entries (``hashed``), so the file does not say what the answer is;
+* each misconception reduced to data: a ``claims(key, value)`` detector keeps its
+  key and value; any other detector is replaced by the records of the bank's
+  wrong answer with that tag on the public seeds (a *fingerprint*): an answer
+  whose records match it is named with that misconception.
+
+What the student build cannot do that self-study can, and why, is in
+``docs/instructors.md`` ("What `check()` can diagnose in a release").
+"""
+
+import hashlib
+import io
+import os
+
+import torch
+
+from .compare import Finding, Tolerance, compare_values
+from .records import KIND, decode, encode
+
+PUBLIC_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "public")
+HASHED = "hashed"
+HIDDEN_TEXT = "(not shown in the student build)"
+NOT_IN_BUILD = ("`check` cannot run this exercise in the student build: its inputs are made by code "
+                "(autograd graphs, a DDP hook) that the release leaves out with the solutions. Your answer "
+                "is checked when the assignment is graded; test it on the notebook's own examples meanwhile.")
+# Floats are hashed after rounding to this many significant digits: the student build
+# compares predictions to 6 digits, where self-study uses assert_close's tolerances.
+_DIGITS = 6
+
+
+# --- salted hashes of a value's entries ----------------------------------------------
+
+def _canonical(record):
+    """A text that is equal for values self-study would call equal (up to rounding)."""
+    if isinstance(record, bool) or record is None or isinstance(record, str):
+        return f"{type(record).__name__}:{record!r}"
+    if isinstance(record, (int, float)):
+        return f"number:{float(record):.{_DIGITS}g}"
+    if isinstance(record, dict) and record.get(KIND) == "tensor":
+        value = record["value"]
+        numbers = ",".join(f"{float(x):.{_DIGITS}g}" for x in value.reshape(-1).tolist())
+        return f"tensor:{str(value.dtype)}:{tuple(value.shape)}:{numbers}"
+    if isinstance(record, dict) and record.get(KIND) in ("tuple", "list"):
+        return "seq:[" + ";".join(_canonical(item) for item in record["items"]) + "]"
+    if isinstance(record, dict) and record.get(KIND) == "dict":
+        return "dict:{" + ";".join(f"{k!r}={_canonical(v)}" for k, v in sorted(record["items"].items())) + "}"
+    if isinstance(record, dict) and KIND in record:
+        return f"object:{record.get('type')}:{record.get('repr')}"
+    return f"other:{record!r}"
+
+
+def digest(salt, record):
+    return hashlib.sha256(f"{salt}\n{_canonical(record)}".encode()).hexdigest()
+
+
+def hash_record(record, salt):
+    """The hashed form of a value's record: one salted hash per dict key or list item."""
+    kind = record.get(KIND) if isinstance(record, dict) else None
+    if kind == "dict":
+        entries = {key: digest(salt, item) for key, item in record["items"].items()}
+        shape = "dict"
+    elif kind in ("tuple", "list"):
+        entries = {str(i): digest(salt, item) for i, item in enumerate(record["items"])}
+        shape = kind
+    else:
+        entries, shape = {"": digest(salt, record)}, "scalar"
+    return {KIND: HASHED, "shape": shape, "salt": salt, "entries": entries, "repr": HIDDEN_TEXT}
+
+
+def compare_hashed(student, expected, where):
+    """The first difference between a student's record and a hashed one; ``None`` when equal."""
+    mine = hash_record(student, expected["salt"]) if student is not None else None
+    shape = expected["shape"]
+    if mine is None or (shape != "scalar" and mine["shape"] not in (("tuple", "list") if shape != "dict" else ("dict",))):
+        return Finding("structure", f"{where}: expected a {shape if shape != 'scalar' else 'single value'}.")
+    if shape == "scalar":
+        return None if mine["entries"] == expected["entries"] else Finding(
+            "wrong_value", f"{where} is not the expected answer.")
+    if shape == "dict":
+        missing = sorted(set(expected["entries"]) - set(mine["entries"]))
+        extra = sorted(set(mine["entries"]) - set(expected["entries"]))
+        if missing or extra:
+            parts = (["missing " + ", ".join(map(repr, missing))] if missing else []) + (
+                ["unexpected " + ", ".join(map(repr, extra))] if extra else [])
+            return Finding("structure", f"{where}: keys differ: {'; '.join(parts)}.")
+        wrong = [key for key in expected["entries"] if mine["entries"][key] != expected["entries"][key]]
+        label = "{}[{!r}]"
+    else:
+        if len(mine["entries"]) != len(expected["entries"]):
+            return Finding("structure", f"{where}: expected a {shape} of length {len(expected['entries'])}, "
+                                        f"got length {len(mine['entries'])}.")
+        wrong = [key for key in expected["entries"] if mine["entries"][key] != expected["entries"][key]]
+        label = "{}[{}]"
+    if not wrong:
+        return None
+    shown = ", ".join(label.format(where, key) for key in wrong)
+    return Finding("wrong_value", f"{shown}: not the expected answer ({len(wrong)} of {len(expected['entries'])} wrong).")
+
+
+# --- misconceptions as data ------------------------------------------------------------
+
+def fingerprint_detector(exercise_kind, compare, tolerance, prints):
+    """A detector that matches an answer whose records equal one of the wrong answer's ``prints``."""
+    tolerance = Tolerance(*tolerance)
+
+    def detect(student, reference, args, *, student_run):
+        if exercise_kind == "value":
+            record = encode(student)
+            return any(compare_hashed(record, fp["output"], "answer") is None for fp in prints)
+        return any(_same_run(student_run, fp, compare, tolerance) for fp in prints)
+    detect.__qualname__ = "fingerprint"
+    return detect
+
+
+def _same_run(run, fingerprint, compare, tolerance):
+    pairs = [(encode(run.output), fingerprint["output"], False)]
+    if "args" in compare and fingerprint.get("args_after") is not None:
+        pairs += [(encode(a), b, True) for a, b in zip(run.args_after or (), fingerprint["args_after"])]
+    if "grad" in compare and fingerprint.get("input_grads") is not None:
+        if run.input_grads is None:
+            return False
+        pairs += [(None if a is None else encode(a), b, False)
+                  for a, b in zip(run.input_grads, fingerprint["input_grads"])]
+    return all(compare_values(s, r, "x", tolerance, grads=g) is None for s, r, g in pairs)
+
+
+# --- loading -------------------------------------------------------------------------
+
+def available():
+    """True when this package is a student build (it has ``public/`` data)."""
+    return os.path.isdir(PUBLIC_DIR)
+
+
+def load_all(register):
+    """Register every exercise found in ``public/*.pt`` with ``register``."""
+    for name in sorted(os.listdir(PUBLIC_DIR)):
+        if name.endswith(".pt"):
+            data = torch.load(os.path.join(PUBLIC_DIR, name), weights_only=True)
+            for spec in data["exercises"]:
+                register(build_exercise(spec))
+
+
+def build_exercise(spec):
+    """An ``Exercise`` from its public data: no reference, only records and inputs."""
+    from .registry import Exercise, Misconception
+    from autograd_lab.exercises import claims
+
+    meta = dict(spec["meta"])
+    kind, exercise_id = meta["kind"], meta["id"]
+    hidden_count = meta.pop("hidden_count")
+    # Placeholders: the count of hidden checks is public ("run when graded"), their seeds are not.
+    meta["hidden_seeds"] = tuple(-n for n in range(1, hidden_count + 1))
+    meta["public_seeds"] = tuple(meta["public_seeds"])
+    tolerance = (meta.get("rtol"), meta.get("atol"))
+    misconceptions = []
+    for item in spec["misconceptions"]:
+        if item["form"] == "claims":
+            detect = claims(item["key"], item["value"])
+        else:
+            detect = fingerprint_detector(kind, tuple(meta["compare"]), tolerance, item["prints"])
+        misconceptions.append(Misconception(item["tag"], item["message"], detect))
+    inputs = _inputs_from(spec.get("inputs"), exercise_id) if kind == "function" else None
+    if kind == "value":
+        meta["solution_code"] = f"{meta['answer_name']} = ...  # solutions are not part of this build"
+    exercise = Exercise(reference=_no_reference(exercise_id), inputs=inputs,
+                        misconceptions=tuple(misconceptions), **meta)
+    object.__setattr__(exercise, "public_records", {int(k): v for k, v in spec["records"].items()})
+    if kind == "function" and spec.get("inputs") is None:
+        object.__setattr__(exercise, "checked_only_when_graded", NOT_IN_BUILD)
+    return exercise
+
+
+def _no_reference(exercise_id):
+    def reference(*args, **kwargs):
+        raise RuntimeError(f"{exercise_id}: the reference solution is not part of this student build.")
+    return reference
+
+
+def _inputs_from(pickled, exercise_id):
+    def inputs(seed, hidden):
+        if hidden or pickled is None or int(seed) not in pickled:
+            raise RuntimeError(f"{exercise_id}: the inputs of case {seed} are not part of this student build; "
+                               "this exercise is checked when it is graded.")
+        # Our own file, written by the release: trusted, and it holds modules and optimizers.
+        blob = pickled[int(seed)]
+        return torch.load(io.BytesIO(bytes(blob.tolist())), weights_only=False)
+    return inputs
+
+
+def decoded_reference(record):
+    return decode(record)
