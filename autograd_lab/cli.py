@@ -32,6 +32,16 @@ def build_parser():
         command.add_argument("--work", default="work", help="your copies (default: work)")
         command.set_defaults(run=_runner("autograd_lab.workspace"))
 
+    release = commands.add_parser("release", help="write the student build: notebooks and a package without solutions")
+    release.add_argument("--out", required=True, help="folder for notebooks/ and autograd_lab/")
+    release.add_argument("--self-study", action="store_true", help="keep the solutions (solution() works)")
+    release.set_defaults(run=_runner("autograd_lab.release"))
+
+    gradescope = commands.add_parser("gradescope", help="build a Gradescope autograder zip from an assignment file")
+    gradescope.add_argument("assignment", help="the assignment file (TOML or YAML)")
+    gradescope.add_argument("--out", required=True, help="the zip to write")
+    gradescope.set_defaults(run=_runner("autograd_lab.gradescope"))
+
     grade = commands.add_parser("grade", help="grade student submissions in batch")
     grade.add_argument("submissions", nargs="+", help="submitted .ipynb files or folders of them")
     grade.add_argument("--out", required=True, help="folder for the per-student JSON, gradebook and reports")

@@ -1,0 +1,192 @@
+"""The student build: no reference, hidden seed or wrong answer in it, and check() still works there."""
+
+import inspect
+import json
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from autograd_lab import exercises, release
+from autograd_lab._checking import public
+from autograd_lab._checking.judge import judge
+from autograd_lab._checking.observe import observe
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory):
+    return Path(release.build(tmp_path_factory.mktemp("release")))
+
+
+def _files(root):
+    return [p for p in root.rglob("*") if p.is_file()]
+
+
+def test_the_release_has_notebooks_and_a_package_without_solutions(build):
+    assert sorted(p.name for p in (build / "notebooks").glob("*.ipynb")) == sorted(
+        p.name for p in release.NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+    assert not (build / "autograd_lab" / "solutions").exists()
+    assert sorted(p.name for p in (build / "autograd_lab" / "public").iterdir()) == [
+        f"{n:02d}.pt" for n in range(9)]
+    assert not [p for p in _files(build) if "solutions" in p.parts or p.suffix == ".pyc"]
+
+
+def _shared_text():
+    """The text of the package outside solutions/: lines found there are library code, not secrets."""
+    code = [p.read_text() for p in release.PACKAGE.rglob("*.py") if "solutions" not in p.parts]
+    notebooks = [p.read_text() for p in release.NOTEBOOKS.glob("*.ipynb")]  # what students get anyway
+    hints = [text for e in exercises.all_exercises() for text in (*e.hints, *(m.message for m in e.misconceptions))]
+    return "\n".join(code + notebooks + hints)
+
+
+def _body_lines(function):
+    try:
+        lines = inspect.getsource(function).splitlines()
+    except (OSError, TypeError):
+        return set()
+    # The body, not the def line: a student's own answer has the same signature.
+    return {line.strip() for line in lines[1:] if len(line.strip()) > 25}
+
+
+def _secrets():
+    """Texts that must not appear in any file of the release: lines of references and wrong answers."""
+    texts, shared = set(), _shared_text()
+    for exercise in exercises.all_exercises():
+        if exercise.kind == "function":
+            texts |= _body_lines(exercise.reference)
+        for wrong in exercise.wrong_answers:
+            if callable(wrong.answer):
+                texts |= _body_lines(wrong.answer)
+    texts = {text for text in texts if text not in shared}
+    return texts | {exercise.module for exercise in exercises.all_exercises()}  # autograd_lab.solutions.nbNN_...
+
+
+def test_no_reference_source_wrong_answer_or_solutions_module_is_in_any_file(build):
+    secrets = _secrets()
+    assert len(secrets) > 50
+    for path in _files(build):
+        data = path.read_bytes()
+        found = [s for s in secrets if s.encode() in data]
+        assert not found, f"{path} contains {found[:3]}"
+
+
+def test_no_hidden_seed_and_no_expected_prediction_is_in_the_public_data(build):
+    for path in sorted((build / "autograd_lab" / "public").glob("*.pt")):
+        for spec in torch.load(path, weights_only=True)["exercises"]:
+            exercise = exercises.get(spec["meta"]["id"])
+            assert set(spec["records"]) == set(exercise.public_seeds)
+            assert "hidden_seeds" not in spec["meta"] and spec["meta"]["hidden_count"] == len(exercise.hidden_seeds)
+            assert spec["inputs"] is None or set(spec["inputs"]) == set(exercise.public_seeds)
+            text = repr(spec)
+            for seed in exercise.hidden_seeds:
+                assert f"'seed': {seed}," not in text
+            if exercise.kind == "value":
+                output = spec["records"][exercise.public_seeds[0]]["output"]
+                assert output["__kind__"] == "hashed" and output["repr"] == public.HIDDEN_TEXT
+
+
+STUDENT = textwrap.dedent("""
+    import json, sys
+    sys.path[:0] = [sys.argv[1], sys.argv[2]]
+    import autograd_lab
+    from autograd_lab import exercises
+    from autograd_lab.exercises import check, solution
+    out = {"package": autograd_lab.__file__, "modules": sorted(m for m in sys.modules if "solutions" in m)}
+    def cube_grad(x):
+        x = x.detach().requires_grad_(True)
+        (x ** 3).sum().backward()
+        return x.grad
+    def doubled(x):
+        return 2 * cube_grad(x)
+    results = {
+        "right": check("00.cube_grad", cube_grad),
+        "doubled": check("00.cube_grad", doubled),
+        "prediction_right": check("00.needs_grad", {"w": True, "x": False, "b": True, "h": False}),
+        "prediction_claims": check("00.needs_grad", {"w": True, "x": False, "b": True, "h": True}),
+        "bytes_right": check("01.saved_bytes", 12288),
+        "graph_inputs": check("01.count_nodes", lambda t: {}),
+    }
+    out["results"] = {k: [r.status, r.misconception, r.messages] for k, r in results.items()}
+    out["solution"] = repr(solution("00.cube_grad"))
+    ex = exercises.get("00.cube_grad")
+    out["reference_raises"] = False
+    try:
+        ex.reference(None)
+    except RuntimeError as error:
+        out["reference_raises"] = "not part of this student build" in str(error)
+    out["hidden_seeds"] = list(ex.hidden_seeds)
+    out["detectors"] = sorted({m.detect.__qualname__ for e in exercises.all_exercises() for m in e.misconceptions})
+    print(json.dumps(out))
+""")
+
+
+def test_check_works_in_a_fresh_python_with_only_the_release_on_the_path(build, tmp_path):
+    """As a student: no site processing (so no editable install of the repository), only DIR and torch."""
+    script = tmp_path / "student.py"
+    script.write_text(STUDENT)
+    site_packages = sysconfig.get_paths()["purelib"]
+    done = subprocess.run([sys.executable, "-S", str(script), str(build), site_packages], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300,
+                          env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["package"] == str(build / "autograd_lab" / "__init__.py")
+    assert out["modules"] == []
+    results = out["results"]
+    assert results["right"][:2] == ["passed", None]
+    assert results["doubled"][:2] == ["failed", "doubled"]
+    assert results["prediction_right"][:2] == ["passed", None]
+    # The misconception is named from data (claims("h", True)), the expected value is not shown.
+    assert results["prediction_claims"][:2] == ["failed", "non_leaf"]
+    assert "needs_grad['h']: not the expected answer" in results["prediction_claims"][2][0]
+    assert results["bytes_right"][:2] == ["passed", None]
+    assert results["graph_inputs"][0] == "not attempted"
+    assert "checked when the assignment is graded" in results["graph_inputs"][2][0]
+    assert "solutions are not part of this build" in out["solution"]
+    assert out["reference_raises"] is True
+    assert all(seed < 0 for seed in out["hidden_seeds"])  # placeholders, not the grader's seeds
+    assert set(out["detectors"]) <= {"claims.<locals>.detect", "fingerprint"}
+
+
+def test_self_study_build_keeps_the_solutions(tmp_path):
+    path = Path(release.build(tmp_path / "self", self_study=True))
+    assert (path / "autograd_lab" / "solutions" / "nb00_start_here.py").exists()
+    assert not (path / "autograd_lab" / "public").exists()
+
+
+def _public_exercises(build):
+    specs = {}
+    for path in sorted((build / "autograd_lab" / "public").glob("*.pt")):
+        for spec in torch.load(path, weights_only=True)["exercises"]:
+            specs[spec["meta"]["id"]] = public.build_exercise(spec)
+    return specs
+
+
+def test_every_bank_answer_fails_in_the_release_and_most_keep_their_misconception(build):
+    """The measurement behind docs/instructors.md: the bank, judged by self-study and by the release."""
+    released = _public_exercises(build)
+    same, different, unchecked = [], [], []
+    for exercise in exercises.all_exercises():
+        mine = released[exercise.id]
+        if getattr(mine, "checked_only_when_graded", None):
+            unchecked.append(exercise.id)
+            continue
+        reference = exercise.reference() if exercise.kind == "value" else exercise.reference
+        answers = [(reference, None)] + [(w.answer, w.expect) for w in exercise.wrong_answers]
+        for answer, expect in answers:
+            records = {seed: observe(mine, answer, seed, timeout=30) for seed in mine.public_seeds}
+            result = judge(mine, records, exercises.reference_records(mine, mine.public_seeds))
+            if expect is None:
+                assert result.status == "passed", (exercise.id, result)
+                continue
+            assert result.status != "passed", (exercise.id, expect)
+            self_study = exercises.check(exercise.id, answer)
+            (same if result.misconception == self_study.misconception else different).append(
+                (exercise.id, expect, self_study.misconception, result.misconception))
+    print(f"\nsame misconception: {len(same)}, different: {len(different)}: {different}; "
+          f"checked only when graded: {unchecked}")
+    assert len(same) >= 0.9 * (len(same) + len(different))
