@@ -56,6 +56,10 @@ def build_parser():
                        help="wall-clock seconds for one whole submission before it is stopped (default 900)")
     grade.add_argument("--kernel-python", metavar="PATH",
                        help="Python for the students' kernels, with torch, ipykernel and autograd_lab (default: this one)")
+    grade.add_argument("--assignment", metavar="FILE",
+                       help="grade per student against an assignment file (docs/instructors.md); SUBMISSIONS is one folder")
+    grade.add_argument("--student", action="append", metavar="ID", help="with --assignment: regrade only this student (repeatable)")
+    grade.add_argument("--exercise", action="append", metavar="ID", help="with --assignment: regrade only this exercise (repeatable)")
     grade.set_defaults(run=_runner("autograd_lab.grading"))
     return parser
 

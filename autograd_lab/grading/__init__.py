@@ -32,12 +32,37 @@ def main(args):
     if options.jobs < 1 or options.cell_timeout <= 0:
         print("autograd-lab grade: --jobs must be at least 1 and --cell-timeout positive.", file=sys.stderr)
         return 2
+    if getattr(args, "assignment", None):
+        return _grade_assignment(args, options)
     try:
         graded = grade_batch(args.submissions, options)
     except UsageError as error:
         print(f"autograd-lab grade: {error}", file=sys.stderr)
         return 2
-    problems = sum(1 for report in graded if report["problems"])
+    from .feedback import problems as problems_of  # cells that raised or timed out count too
+    problems = sum(1 for report in graded if problems_of(report))
     print(f"Graded {len(graded)} submission(s) into {args.out} "
           f"({problems} with problems; see gradebook.csv and item_analysis.md).")
+    return 0
+
+
+def _grade_assignment(args, options):
+    """``grade --assignment``: one row per student, merged into ``--out``'s gradebook."""
+    from . import assignment, gradebook
+    from .submissions import UsageError
+
+    try:
+        plan = assignment.load(args.assignment)
+        grader = gradebook.batch_grader(jobs=options.jobs, cell_timeout=options.cell_timeout,
+                                        check_timeout=options.check_timeout, memory_mb=options.memory_mb,
+                                        submission_timeout=options.submission_timeout,
+                                        kernel_python=options.kernel_python)
+        rows = gradebook.grade_assignment(plan, args.submissions[0], args.out, students=args.student,
+                                          exercise_ids=args.exercise, grade=grader)
+    except UsageError as error:
+        print(f"autograd-lab grade: {error}", file=sys.stderr)
+        return 2
+    missing = sum(row["status"] == "missing" for row in rows)
+    print(f"Gradebook of {len(rows)} student(s) in {args.out}/gradebook.csv ({missing} missing); "
+          f"LMS import: {args.out}/lms.csv; feedback pages in {args.out}/feedback/.")
     return 0

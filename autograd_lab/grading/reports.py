@@ -80,7 +80,9 @@ def item_analysis(reports, exercise_ids):
     for exercise_id in exercise_ids:
         grades = [g for r in reports for g in r["exercises"] if g["exercise_id"] == exercise_id]
         statuses = Counter(g["status"] for g in grades)
-        tags = Counter(g["misconception"] for g in grades if g.get("misconception"))
+        # Not attempted is not a misconception: counted apart, never "most common".
+        tags = Counter(g["misconception"] for g in grades
+                       if g.get("misconception") and g["misconception"] != "not_attempted")
         # Most frequent first; ties in alphabetical order, so the file is the same on every run.
         ranked = sorted(tags.items(), key=lambda item: (-item[1], item[0]))
         items.append({
@@ -88,6 +90,7 @@ def item_analysis(reports, exercise_ids):
             "title": grades[0]["title"] if grades else "",
             "submissions": len(grades),
             "attempted": len(grades) - statuses["not attempted"],
+            "not_attempted": statuses["not attempted"],
             "passed": statuses["passed"],
             "pass_rate": round(statuses["passed"] / len(grades), 4) if grades else 0.0,
             "mean_score": round(sum(g["score"] for g in grades) / len(grades), 4) if grades else 0.0,
@@ -103,13 +106,13 @@ def write_item_analysis(out, reports, exercise_ids):
     _write_json(os.path.join(out, "item_analysis.json"), {"exercises": items})
     lines = ["# Item analysis", "",
              f"{len(reports)} submissions.", "",
-             "| exercise | pass rate | attempted | mean score | most common misconception |",
-             "|---|---|---|---|---|"]
+             "| exercise | pass rate | attempted | not attempted | mean score | most common misconception |",
+             "|---|---|---|---|---|---|"]
     for item in items:
         tag = item["most_common_misconception"]
         common = f"`{tag}` ({item['misconceptions'][tag]} students)" if tag else "none"
         lines.append(f"| {item['exercise_id']} {item['title']} | {item['pass_rate']:.0%} "
-                     f"({item['passed']}/{item['submissions']}) | {item['attempted']} | "
+                     f"({item['passed']}/{item['submissions']}) | {item['attempted']} | {item['not_attempted']} | "
                      f"{item['mean_score']:g} | {common} |")
     with open(os.path.join(out, "item_analysis.md"), "w") as file:
         file.write("\n".join(lines) + "\n")
