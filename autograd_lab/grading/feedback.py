@@ -49,7 +49,7 @@ def renamed_answers(grades, exercises_by_id, notebook):
         if exercise is None or grade["status"] != "not attempted" or exercise.answer_name in defined:
             continue
         close = _close_names(exercise.answer_name, defined)
-        if close:
+        if close and not any(m.startswith(f"no `{exercise.answer_name}` defined") for m in grade["messages"]):
             found = ", ".join(f"`{name}`" for name in close)
             grade["messages"] = [f"no `{exercise.answer_name}` defined; found {found}: did you rename it? "
                                  f"The grader calls `{exercise.answer_name}`."] + list(grade["messages"])
@@ -100,3 +100,13 @@ def write_html(path, title, rows, problem_lines, summary):
     with open(path, "w", encoding="utf-8") as file:
         file.write(render_html(title, rows, problem_lines, summary))
     return path
+
+
+def write_for_report(out, report):
+    """``OUT/feedback/<student>.html`` for one report of ``autograd-lab grade``."""
+    from .reports import file_stem
+
+    pairs = [(grade["exercise_id"][:2], grade) for grade in report["exercises"]]
+    summary = f"{report['student']}: {report['score']:g} / {report['max_score']:g} points."
+    return write_html(os.path.join(out, "feedback", f"{file_stem(report['student'])}.html"),
+                      f"Feedback for {report['student']}", pairs, problems(report), summary)

@@ -1,6 +1,7 @@
 """Everything the grader writes, always from its own in-memory results.
 
 * ``students/<student>.json``: one per student, written as soon as it is graded;
+* ``feedback/<student>.html``: the student's offline feedback page (``feedback.py``);
 * ``gradescope/<student>/results.json``: Gradescope's autograder format;
 * ``gradebook.csv``: one row per student, one column per exercise;
 * ``item_analysis.json`` and ``item_analysis.md``: per exercise, the pass rate
@@ -31,10 +32,28 @@ def _write_json(path, data):
 
 
 def write_student(out, report):
-    """The student's JSON and Gradescope ``results.json``."""
+    """The student's JSON, Gradescope ``results.json`` and offline feedback page."""
+    from . import feedback
+
+    _name_renamed_answers(report)
+    feedback.write_for_report(out, report)
     stem = file_stem(report["student"])
     _write_json(os.path.join(out, "students", f"{stem}.json"), report)
     _write_json(os.path.join(out, "gradescope", stem, "results.json"), gradescope_results(report))
+
+
+def _name_renamed_answers(report):
+    """"no `train` defined; found `train_fixed`" instead of a bare "not attempted"."""
+    from autograd_lab import exercises
+
+    from . import feedback
+    from .submissions import read_notebook
+
+    if not any(g["status"] == "not attempted" for g in report["exercises"]):
+        return
+    notebook, _ = read_notebook(report["submission"])
+    by_id = {e.id: e for e in exercises.all_exercises()}
+    feedback.renamed_answers(report["exercises"], by_id, notebook)
 
 
 def gradescope_results(report):
