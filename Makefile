@@ -11,11 +11,11 @@ SOLVED := build/solved
 NBVAL := $(BIN)/python -m pytest -p no:cacheprovider --nbval-lax --nbval-current-env \
 	--nbval-cell-timeout=120 --nbval-sanitize-with $(SANITIZE)
 
-.PHONY: setup lab test test-package test-notebooks test-solved test-matrix site doctor clean
+.PHONY: setup lab test test-package test-notebooks test-solved test-browser test-matrix site doctor clean
 
 # Tests run two pytest workers on two cores: with torch's default of one thread per
 # core each, they oversubscribe the CPU and every step gets tens of times slower.
-test test-package test-notebooks test-solved: export OMP_NUM_THREADS = 1
+test test-package test-notebooks test-solved test-browser site: export OMP_NUM_THREADS = 1
 
 setup: $(STAMP)
 	@scripts/ensure-dot
@@ -42,10 +42,10 @@ lab: setup
 	$(BIN)/autograd-lab workspace --course notebooks --work work
 	$(BIN)/jupyter lab --notebook-dir=work $(LAB_FLAGS)
 
-test: setup test-package test-notebooks test-solved
+test: setup test-package test-notebooks test-solved test-browser
 
 test-package: setup
-	$(BIN)/python -m pytest -p no:cacheprovider -n 2 tests
+	$(BIN)/python -m pytest -p no:cacheprovider -n 2 tests --ignore=tests/browser
 
 test-notebooks: setup
 	$(NBVAL) -n 2 --dist loadscope notebooks
@@ -65,6 +65,13 @@ test-matrix: setup
 
 site: setup
 	$(BIN)/python -m autograd_lab.site notebooks --out build/site
+
+# The course as students see it: JupyterLab in Debian's chromium (driven by playwright,
+# no browser download), and every page of the built site, offline.  Screenshots and
+# the server's log are kept in build/browser-artifacts/.
+test-browser: setup site
+	@scripts/ensure-system-packages chromium
+	$(BIN)/python -m pytest -p no:cacheprovider tests/browser
 
 doctor: setup
 	$(BIN)/autograd-lab doctor

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-TEST_ONLY = {"pytest", "pytest-xdist", "pyyaml"}
+TEST_ONLY = {"pytest", "pytest-xdist", "pyyaml", "playwright"}
 
 
 def requirement_name(spec):

@@ -1,3 +1,5 @@
+import re
+
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
@@ -10,11 +12,13 @@ def write(path, *cells):
     nbformat.write(new_notebook(cells=list(cells), metadata=KERNEL), path)
 
 
-def test_site_executes_renders_and_reports_failures(tmp_path):
+def test_site_executes_renders_navigates_and_reports_failures(tmp_path):
     source = tmp_path / "notebooks"
     source.mkdir()
-    write(source / "01_good.ipynb", new_markdown_cell("# 01 · Good <lab>"), new_code_cell("print(6 * 7)"))
+    write(source / "01_good.ipynb", new_markdown_cell("# 01 · Good `<lab>`\n\nWhat it *teaches*."),
+          new_markdown_cell("Euler: $e^{i\\pi} + 1 = 0$"), new_code_cell("print(6 * 7)"))
     write(source / "02_bad.ipynb", new_markdown_cell("# 02 · Bad"), new_code_cell("1 / 0"))
+    write(source / "03_last.ipynb", new_markdown_cell("# 03 · Last"), new_code_cell("import ipywidgets"))
     out = tmp_path / "site"
 
     assert main([str(source), "--out", str(out)]) == 1  # one notebook failed
@@ -22,7 +26,18 @@ def test_site_executes_renders_and_reports_failures(tmp_path):
     good = (out / "01_good.html").read_text()
     assert "42" in good  # outputs are in the page
     assert "ZeroDivisionError" in (out / "02_bad.html").read_text()  # the failure is visible, not hidden
+    # The static pages show the trace as frames: ipywidgets is hidden from the site's kernels.
+    assert "ModuleNotFoundError" in (out / "03_last.html").read_text() or "ImportError" in (out / "03_last.html").read_text()
     index = (out / "index.html").read_text()
-    assert '<a href="01_good.html">01 · Good &lt;lab&gt;</a>' in index  # titles are escaped
-    assert "02 · Bad</a> (failed to run)" in index
-    assert nbformat.read(source / "01_good.ipynb", as_version=4).cells[1].outputs == []  # sources untouched
+    assert '<a href="01_good.html">01 · Good <code>&lt;lab&gt;</code></a>' in index  # code, escaped, no backticks
+    assert "<em>teaches</em>" in index  # what the lab teaches, from its opening paragraph
+    assert "(failed to run)" in index
+    # Navigation: home everywhere, previous/next where they exist.
+    middle = (out / "02_bad.html").read_text()
+    assert 'href="index.html"' in middle and 'href="01_good.html"' in middle and 'href="03_last.html"' in middle
+    assert "<title>01 · Good &lt;lab&gt;</title>" in good  # no raw backticks in the title
+    # Offline: MathJax is bundled and nothing is loaded from another host.
+    assert 'src="mathjax/MathJax.js' in good and (out / "mathjax" / "MathJax.js").exists()
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", good)
+    assert "measured when this site was built" in good
+    assert nbformat.read(source / "01_good.ipynb", as_version=4).cells[2].outputs == []  # sources untouched
