@@ -26,7 +26,7 @@ import os
 
 import torch
 
-from .compare import Finding, Tolerance, compare_values
+from .compare import MESSAGES, Finding, Tolerance, compare_values
 from .records import KIND, decode, encode
 
 PUBLIC_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "public")
@@ -47,10 +47,10 @@ def _canonical(record):
     if isinstance(record, bool) or record is None or isinstance(record, str):
         return f"{type(record).__name__}:{record!r}"
     if isinstance(record, (int, float)):
-        return f"number:{float(record):.{_DIGITS}g}"
+        return f"number:{float(record) + 0.0:.{_DIGITS}g}"  # + 0.0: -0.0 and 0.0 are equal
     if isinstance(record, dict) and record.get(KIND) == "tensor":
         value = record["value"]
-        numbers = ",".join(f"{float(x):.{_DIGITS}g}" for x in value.reshape(-1).tolist())
+        numbers = ",".join(f"{float(x) + 0.0:.{_DIGITS}g}" for x in value.reshape(-1).tolist())
         return f"tensor:{str(value.dtype)}:{tuple(value.shape)}:{numbers}"
     if isinstance(record, dict) and record.get(KIND) in ("tuple", "list"):
         return "seq:[" + ";".join(_canonical(item) for item in record["items"]) + "]"
@@ -76,7 +76,42 @@ def hash_record(record, salt):
         shape = kind
     else:
         entries, shape = {"": digest(salt, record)}, "scalar"
-    return {KIND: HASHED, "shape": shape, "salt": salt, "entries": entries, "repr": HIDDEN_TEXT}
+    hashed = {KIND: HASHED, "shape": shape, "salt": salt, "entries": entries, "repr": HIDDEN_TEXT}
+    if shape == "scalar":
+        hashed.update(_scalar_clues(record, salt))
+    return hashed
+
+
+def _scalar_clues(record, salt):
+    """What self-study's built-in detectors need, without the value: a tensor's shape and dtype
+    (the prompt fixes them), and the hash of the negated value (``sign_flipped``)."""
+    clues = {}
+    if isinstance(record, dict) and record.get(KIND) == "tensor":
+        value = record["value"]
+        clues["tensor"] = {"shape": list(value.shape), "dtype": str(value.dtype)}
+        if value.is_floating_point() or value.is_complex():
+            clues["negated"] = digest(salt, dict(record, value=-value))
+    elif isinstance(record, (int, float)) and not isinstance(record, bool) and record != 0:
+        clues["negated"] = digest(salt, -record)
+    return clues
+
+
+def _scalar_finding(student, expected, where):
+    tensor = expected.get("tensor")
+    if tensor is not None:
+        if not (isinstance(student, dict) and student.get(KIND) == "tensor"):
+            return Finding("structure", f"{where}: expected a tensor of shape {tuple(tensor['shape'])}.")
+        value = student["value"]
+        if list(value.shape) != tensor["shape"]:
+            return Finding("shape", f"{where}: expected shape {tuple(tensor['shape'])}, got {tuple(value.shape)}.")
+        if str(value.dtype) != tensor["dtype"]:
+            return Finding("dtype", f"{where}: expected dtype {tensor['dtype']}, got {value.dtype}.")
+    mine = hash_record(student, expected["salt"])["entries"]
+    if mine == expected["entries"]:
+        return None
+    if expected.get("negated") and mine.get("") == expected["negated"]:
+        return Finding("sign_flipped", MESSAGES["sign_flipped"].format(where=where))
+    return Finding("wrong_value", f"{where} is not the expected answer.")
 
 
 def compare_hashed(student, expected, where):
@@ -86,8 +121,7 @@ def compare_hashed(student, expected, where):
     if mine is None or (shape != "scalar" and mine["shape"] not in (("tuple", "list") if shape != "dict" else ("dict",))):
         return Finding("structure", f"{where}: expected a {shape if shape != 'scalar' else 'single value'}.")
     if shape == "scalar":
-        return None if mine["entries"] == expected["entries"] else Finding(
-            "wrong_value", f"{where} is not the expected answer.")
+        return _scalar_finding(student, expected, where)
     if shape == "dict":
         missing = sorted(set(expected["entries"]) - set(mine["entries"]))
         extra = sorted(set(mine["entries"]) - set(expected["entries"]))
