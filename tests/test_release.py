@@ -190,3 +190,16 @@ def test_every_bank_answer_fails_in_the_release_and_most_keep_their_misconceptio
     print(f"\nsame misconception: {len(same)}, different: {len(different)}: {different}; "
           f"checked only when graded: {unchecked}")
     assert not different
+
+
+def test_a_grading_kernel_can_observe_on_the_graders_inputs(build):
+    """What a kernel importing the release needs: the grader's inputs, public and hidden, sent in."""
+    mine = _public_exercises(build)["00.cube_grad"]
+    original = exercises.get("00.cube_grad")
+    seeds = [*original.public_seeds, *original.hidden_seeds]
+    sent = {seed: original.inputs(seed, original.is_hidden(seed)) for seed in seeds}
+    kernel_side = public.with_inputs(mine, sent, original.hidden_seeds)
+    records = {seed: observe(kernel_side, original.reference, seed) for seed in seeds}
+    assert [records[s]["hidden"] for s in seeds] == [original.is_hidden(s) for s in seeds]
+    result = judge(original, records, exercises.reference_records(original, seeds))
+    assert result.status == "passed" and result.hidden_total == len(original.hidden_seeds)

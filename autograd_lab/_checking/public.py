@@ -220,6 +220,21 @@ def build_exercise(spec):
     return exercise
 
 
+def with_inputs(exercise, inputs_by_seed, hidden_seeds=()):
+    """``exercise`` calling answers on the grader's inputs: for a grading kernel that imports a release.
+
+    The release has no hidden inputs, so the grader makes every input in its own
+    process and sends them (``{seed: args}``); ``observe(with_inputs(...), answer, seed)``
+    then records the answer on exactly those.  No reference is involved.
+    """
+    from dataclasses import replace
+
+    seeds = tuple(int(seed) for seed in inputs_by_seed)
+    hidden = tuple(int(seed) for seed in hidden_seeds)
+    return replace(exercise, inputs=lambda seed, is_hidden: inputs_by_seed[seed],
+                   public_seeds=tuple(s for s in seeds if s not in hidden), hidden_seeds=hidden)
+
+
 def _no_reference(exercise_id):
     def reference(*args, **kwargs):
         raise RuntimeError(f"{exercise_id}: the reference solution is not part of this student build.")
