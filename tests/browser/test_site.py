@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SITE = Path(os.environ.get("AUTOGRAD_LAB_SITE", ROOT / "build" / "site"))
 PAGES = sorted(SITE.glob("*.html"))
 MATH_S = 60  # MathJax typesets a long page in seconds; a safety net
+TYPESET = {}  # page: number of formulas MathJax typeset
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +75,10 @@ def test_page_loads_offline_with_nothing_broken(offline_page, path, artifacts):
         assert nav.count() == 2 and nav.first.locator('a[href="index.html"]').count() == 1
         wait_for_math(page, path)
 
+    # Exercises as a student first meets them: the prompt and "not attempted", never a solution.
+    for headline in page.locator(".autograd-lab-box > strong").all_inner_texts():
+        assert "not attempted" in headline or headline.startswith("Hint "), f"{path.name}: {headline}"
+
     assert failed == [] and outside == [], f"requests that failed or left the site: {failed + outside}"
     site_artifacts = artifacts / "site"
     site_artifacts.mkdir(exist_ok=True)
@@ -89,7 +94,13 @@ def wait_for_math(page, path):
         time.sleep(0.2)
     assert page.locator(".MathJax_Error, merror, .mjx-merror").count() == 0, f"MathJax errors in {path.name}"
     formulas = page.locator('script[type^="math/tex"]').count()
+    TYPESET[path.name] = formulas
     assert page.locator('[id^="MathJax-Element-"][id$="-Frame"]').count() == formulas, f"untypeset formulas in {path.name}"
     prose = " ".join(page.locator(".jp-MarkdownOutput").all_inner_texts())
     raw = re.findall(r"\$[^$\n]*\\[a-zA-Z]+[^$\n]*\$", prose)
     assert raw == [], f"{path.name} shows untypeset TeX: {raw[:3]}"
+
+
+def test_the_math_check_saw_formulas():
+    # Runs after the pages: the checks above are not vacuous, the course has math and it was typeset.
+    assert sum(TYPESET.values()) > 0, TYPESET
