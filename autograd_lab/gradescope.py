@@ -193,7 +193,8 @@ def _tests(plan, row, entries):
         if entry is None:
             tests.append(_missing_test(plan, number, len(tests) + 1))
             continue
-        counted = [e for e in notebook_exercises(number) if not (plan.new_exercises == "exempt" and e.id in entry["not_in_copy"])]
+        exempt = set(entry["not_in_copy"]) & set(plan.added_later) if plan.new_exercises == "exempt" else set()
+        counted = [e for e in notebook_exercises(number) if e.id not in exempt]
         raw_max = sum(e.points for e in counted) or 1
         before_penalty = part["score"] + part["penalty"]
         kept = part["score"] / before_penalty if before_penalty else 1.0  # the late policy, per test too

@@ -26,6 +26,7 @@ notebooks:
 due: 2026-11-20T23:59:00Z
 late: {policy: percent_per_day, percent: 10}
 new_exercises: exempt
+added_later: ["03.train"]
 roster:
   - {id: alice, name: Alice A, email: alice@example.edu}
   - {id: bob, name: Bob B, email: bob@example.edu}
@@ -212,3 +213,17 @@ def test_toml_and_a_hard_cutoff(tmp_path):
     assert plan.notebooks == ("01",) and plan.roster[0].email == "alice@example.edu"
     assert plan.late_days(plan.due + dt.timedelta(minutes=9)) == 0
     assert plan.late_days(plan.due + dt.timedelta(minutes=11)) == 1 and plan.late_factor(1) == 0
+
+
+def test_only_exercises_listed_as_added_later_can_be_exempted():
+    plan = assignment.from_dict({"notebooks": ["03"], "added_later": ["03.train"]})
+    grades = {i: {"score": 1.0 if i == "03.micro_batch_losses" else 0.0} for i in
+              ("03.accumulated_grad", "03.micro_batch_losses", "03.train")}
+    entry = {"exercises": grades, "not_in_copy": ["03.accumulated_grad", "03.train"], "problems": [],
+             "status": "graded", "submitted_at": None}
+    part = gradebook.notebook_score(plan, "03", entry)
+    assert (part["score"], part["max"]) == (1, 2)  # 03.train exempt; the deleted 03.accumulated_grad counts
+    assert "the cell of 03.accumulated_grad is missing from your copy; counted" in part["notes"][1]
+    counted = gradebook.notebook_score(assignment.from_dict({"notebooks": ["03"], "added_later": ["03.train"],
+                                                             "new_exercises": "count"}), "03", entry)
+    assert (counted["score"], counted["max"]) == (1, 3)

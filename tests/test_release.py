@@ -152,8 +152,12 @@ def test_check_works_in_a_fresh_python_with_only_the_release_on_the_path(build, 
     assert set(out["detectors"]) <= {"claims.<locals>.detect", "fingerprint"}
 
 
-def test_self_study_build_keeps_the_solutions(tmp_path):
-    path = Path(release.build(tmp_path / "self", self_study=True))
+def test_self_study_build_keeps_the_solutions(tmp_path, capsys):
+    from autograd_lab import cli
+
+    assert cli.main(["release", "--out", str(tmp_path / "self"), "--self-study"]) == 0
+    assert "self-study build (with solutions)" in capsys.readouterr().out
+    path = tmp_path / "self"
     assert (path / "autograd_lab" / "solutions" / "nb00_start_here.py").exists()
     assert not (path / "autograd_lab" / "public").exists()
 

@@ -183,6 +183,9 @@ def available():
 
 def load_all(register):
     """Register every exercise found in ``public/*.pt`` with ``register``."""
+    if not available():
+        raise RuntimeError("This autograd_lab has neither solutions/ nor public/, so it knows no exercise. "
+                           "Use the repository, or a build made by `autograd-lab release --out DIR`.")
     for name in sorted(os.listdir(PUBLIC_DIR)):
         if name.endswith(".pt"):
             data = torch.load(os.path.join(PUBLIC_DIR, name), weights_only=True)

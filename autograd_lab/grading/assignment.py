@@ -8,7 +8,8 @@ The assignment file is YAML (``.yml``/``.yaml``) or TOML (``.toml``)::
       - {notebook: "02", points: 10}   # or rescaled to 10
     due: 2026-11-20T23:59:00Z    # ISO 8601; no time zone means UTC
     late: {policy: percent_per_day, percent: 10}   # or {policy: cutoff, grace_minutes: 0}, or {policy: none}
-    new_exercises: exempt        # an exercise missing from a student's copy: exempt (default) or count
+    added_later: ["03.train"]    # exercises added after students made their copies
+    new_exercises: exempt        # such an exercise missing from a student's copy: exempt (default) or count
     roster:                      # optional: students without a submission get a "missing" row
       - {id: alice, name: Alice Liddell, email: alice@example.edu}
 
@@ -54,6 +55,7 @@ class Assignment:
     late_percent: float = 0.0
     grace_minutes: float = 0.0
     new_exercises: str = "exempt"
+    added_later: tuple = ()     # only these may be exempted: a student cannot exempt a cell by deleting it
     roster: tuple = ()
 
     def late_days(self, submitted_at):
@@ -111,7 +113,7 @@ def from_dict(data, where="the assignment"):
         name=str(data.get("name", "assignment")), notebooks=tuple(numbers), points=points,
         due=parse_time(data.get("due")), late_policy=late.get("policy", "none"),
         late_percent=float(late.get("percent", 0)), grace_minutes=float(late.get("grace_minutes", 0)),
-        new_exercises=policy, roster=roster,
+        new_exercises=policy, added_later=tuple(str(i) for i in data.get("added_later") or ()), roster=roster,
     )
 
 

@@ -137,7 +137,9 @@ def notebook_score(assignment, number, entry):
     if entry is None:
         return {"status": "missing", "score": 0.0, "max": scale_to if scale_to is not None else full,
                 "late_days": 0, "penalty": 0.0, "notes": [f"{number}: missing"]}
-    exempt = set(entry["not_in_copy"]) if assignment.new_exercises == "exempt" else set()
+    absent = set(entry["not_in_copy"])
+    later = absent & set(assignment.added_later)
+    exempt = later if assignment.new_exercises == "exempt" else set()
     counted = [i for i in all_ids if i not in exempt]
     grades = entry["exercises"]
     raw = sum(grades[i]["score"] for i in counted if i in grades)
@@ -148,10 +150,11 @@ def notebook_score(assignment, number, entry):
     days = assignment.late_days(dt.datetime.fromisoformat(when) if when else None)
     factor = assignment.late_factor(days)
     notes = []
-    if exempt:
-        notes.append(f"{number}: {', '.join(sorted(exempt))} not in your copy (added later), not counted")
-    elif entry["not_in_copy"]:
-        notes.append(f"{number}: {', '.join(entry['not_in_copy'])} not in your copy (added later), counted")
+    if later:
+        counted_or_not = "not counted" if exempt else "counted"
+        notes.append(f"{number}: {', '.join(sorted(later))} not in your copy (added later), {counted_or_not}")
+    if absent - later:
+        notes.append(f"{number}: the cell of {', '.join(sorted(absent - later))} is missing from your copy; counted")
     if days:
         notes.append(f"{number}: {days} day(s) late, {assignment.describe_late()}: kept {factor:.0%}")
     if entry["problems"]:
