@@ -106,3 +106,14 @@ def test_make_lab_opens_the_workspace_not_the_shipped_notebooks():
     lab = makefile.split("\nlab:", 1)[1].split("\n\n", 1)[0]
     assert "autograd-lab workspace" in lab and "--notebook-dir=work" in lab
     assert "--notebook-dir=notebooks" not in makefile
+
+
+def test_solve_reads_the_workspace_it_is_pointed_at(tmp_path):
+    # The student's copy (any folder) works as input: nothing assumes notebooks/.
+    from autograd_lab.solve import solve
+
+    work = tmp_path / "work"
+    sync(ROOT / "notebooks", work)
+    written = solve([str(work / "00_start_here.ipynb")], tmp_path / "solved")
+    assert [p.name for p in written] == ["00_start_here.ipynb"]
+    assert "NotImplementedError" not in Path(written[0]).read_text()

@@ -165,3 +165,10 @@ def test_the_shipped_notebooks_are_untouched(ran, shipped_before):
     assert hashes == shipped_before[1]
     if shipped_before[0] == "":  # a clean checkout (CI) must stay clean
         assert status == ""
+
+
+def test_kernels_start_without_the_transport_warning(ran, artifacts):
+    # make lab's kernels use IPC sockets, so ipykernel has no plain-TCP warning to print.
+    log = (artifacts / "jupyterlab.log").read_text()
+    assert "Kernel started" in log
+    assert "without encryption" not in log
