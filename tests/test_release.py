@@ -2,6 +2,7 @@
 
 import inspect
 import json
+import os
 import subprocess
 import sys
 import sysconfig
@@ -207,3 +208,27 @@ def test_a_grading_kernel_can_observe_on_the_graders_inputs(build):
     assert [records[s]["hidden"] for s in seeds] == [original.is_hidden(s) for s in seeds]
     result = judge(original, records, exercises.reference_records(original, seeds))
     assert result.status == "passed" and result.hidden_total == len(original.hidden_seeds)
+
+
+def test_a_shipped_notebook_runs_top_to_bottom_on_the_release(build):
+    """Notebook 01 has predictions, function exercises and 01.count_nodes (checked only when graded)."""
+    import nbclient
+    import nbformat
+
+    notebook = nbformat.read(str(build / "notebooks" / "01_dynamic_graph.ipynb"), as_version=4)
+    notebook.cells.insert(0, nbformat.v4.new_code_cell("import autograd_lab; print(autograd_lab.__file__)"))
+    environment = {"PYTHONPATH": str(build), "OMP_NUM_THREADS": "1"}
+    old = {key: os.environ.get(key) for key in environment}
+    os.environ.update(environment)
+    try:
+        nbclient.NotebookClient(notebook, kernel_name="python3", timeout=120,
+                                resources={"metadata": {"path": str(build / "notebooks")}}).execute()
+    finally:
+        for key, value in old.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    assert notebook.cells[0].outputs[0]["text"].strip() == str(build / "autograd_lab" / "__init__.py")
+    text = json.dumps([cell.get("outputs", []) for cell in notebook.cells])
+    assert "not part of this student build" not in text and "Traceback" not in text
