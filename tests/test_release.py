@@ -232,3 +232,13 @@ def test_a_shipped_notebook_runs_top_to_bottom_on_the_release(build):
     assert notebook.cells[0].outputs[0]["text"].strip() == str(build / "autograd_lab" / "__init__.py")
     text = json.dumps([cell.get("outputs", []) for cell in notebook.cells])
     assert "not part of this student build" not in text and "Traceback" not in text
+
+
+def test_every_misconception_reaches_the_release_as_data(build):
+    """A detector function becomes the bank answer's fingerprint: each one needs such an answer."""
+    for path in sorted((build / "autograd_lab" / "public").glob("*.pt")):
+        for spec in torch.load(path, weights_only=True)["exercises"]:
+            exercise = exercises.get(spec["meta"]["id"])
+            assert [m["tag"] for m in spec["misconceptions"]] == [m.tag for m in exercise.misconceptions]
+            for item in spec["misconceptions"]:
+                assert item["form"] == "claims" or item["prints"], (exercise.id, item["tag"])
