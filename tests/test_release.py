@@ -145,7 +145,7 @@ def test_check_works_in_a_fresh_python_with_only_the_release_on_the_path(build, 
     assert results["prediction_claims"][:2] == ["failed", "non_leaf"]
     assert "needs_grad['h']: not the expected answer" in results["prediction_claims"][2][0]
     assert results["bytes_right"][:2] == ["passed", None]
-    assert results["graph_inputs"][0] == "not attempted"
+    assert results["graph_inputs"][0] == "not attempted"  # 01.count_nodes: its inputs are graphs
     assert "checked when the assignment is graded" in results["graph_inputs"][2][0]
     assert "solutions are not part of this build" in out["solution"]
     assert out["reference_raises"] is True

@@ -27,6 +27,7 @@ import os
 import torch
 
 from .compare import MESSAGES, Finding, Tolerance, compare_values
+from .observe import flat_tensors
 from .records import KIND, decode, encode
 
 PUBLIC_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "public")
@@ -251,7 +252,11 @@ def _inputs_from(pickled, exercise_id):
                                "this exercise is checked when it is graded.")
         # Our own file, written by the release: trusted, and it holds modules and optimizers.
         blob = pickled[int(seed)]
-        return torch.load(io.BytesIO(bytes(blob.tolist())), weights_only=False)
+        saved = torch.load(io.BytesIO(bytes(blob.tolist())), weights_only=False)
+        for tensor, grad in zip(flat_tensors(saved["args"]), saved["grads"]):
+            if grad is not None:
+                tensor.grad = grad
+        return saved["args"]
     return inputs
 
 
