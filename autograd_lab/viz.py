@@ -77,8 +77,8 @@ class Graph:
     def ops(self):
         """Class name of every grad_fn in the graph, each once, in traversal order.
 
-        ``AccumulateGrad`` appears once per leaf that requires grad (even when each
-        use of the leaf is drawn as its own node); the list covers the whole graph
+        ``AccumulateGrad`` appears once per leaf that requires grad (even when a
+        much-used leaf is drawn once per use); the list covers the whole graph
         even when ``max_nodes`` left part of it out of the picture.
         """
         return list(self._model.grad_fns)
@@ -135,7 +135,7 @@ class Graph:
 
 def draw(*roots, params=None, view="grad_fn", show_saved=False, show_attrs=False,
          max_nodes=DEFAULT_MAX_NODES, group_modules=None, depth=None, strip_suffix=False,
-         legend=False, split_leaves=True, layout_timeout=30.0, title=None):
+         legend=False, split_leaves=None, layout_timeout=30.0, title=None):
     """Draw the autograd graph behind ``roots`` and return a ``Graph``.
 
     ``roots``: tensors, or tuples, lists or dicts of tensors (dict keys name them).
@@ -147,9 +147,18 @@ def draw(*roots, params=None, view="grad_fn", show_saved=False, show_attrs=False
     ``group_modules``: an ``nn.Module`` whose submodules become clusters; ``depth``
     collapses each module at that depth (1 = top-level children) into one box.
     ``strip_suffix``: write ``Mul`` instead of ``MulBackward0``.  ``legend``: explain
-    colours and shapes.  ``split_leaves``: draw each use of a shared leaf as its own
-    node (keeps graphviz's layout fast).  ``layout_timeout``: seconds graphviz may
+    colours and shapes.  ``split_leaves``: a leaf used several times is one node
+    with one edge per use, as PyTorch has one ``AccumulateGrad`` for it; by default
+    (``None``) only a leaf with more than 16 uses (an unrolled RNN's weights) is
+    drawn once per use, each copy labelled "w, use k of n", because one node with
+    dozens of long edges makes graphviz's layout explode.  ``True`` splits every
+    shared leaf, ``False`` none.  ``layout_timeout``: seconds graphviz may
     take before the picture falls back to text with a message.
+
+    ``draw`` has no side effects: a saved tensor with an unpack hook (activation
+    checkpointing) is read only with ``show_saved=True``, since reading it runs the
+    hook, which may rerun the forward; a hook that raises makes that tensor
+    "unreadable" (the reason is in ``notes``) and the rest is drawn.
 
     Nodes made by a ``create_graph=True`` backward are grouped under the op whose
     backward made them when that backward ran under ``trace_backward(...,
@@ -207,8 +216,11 @@ def _walk_roots(roots, *, params, view, show_saved, show_attrs, group_modules, d
     names = naming.build_names(params=params, group_modules=group_modules,
                                namespace=naming.caller_namespace(),
                                root_names=[(n, t) for n, t in named_roots if n])
-    options = Options(show_saved=show_saved, show_attrs=show_attrs,
-                      strip_suffix=strip_suffix, split_leaves=split_leaves)
+    # Labels are made only for nodes that can be drawn: past max_nodes (in traversal
+    # order) nothing is shown unless modules are collapsed into fewer boxes.
+    label_limit = max_nodes if group_modules is None and view == "grad_fn" else None
+    options = Options(show_saved=show_saved, show_attrs=show_attrs, strip_suffix=strip_suffix,
+                      split_leaves=split_leaves, values=view == "tensor", label_limit=label_limit)
     module_of = modules.parameter_paths(group_modules) if group_modules is not None else None
     return walk(named_roots, names, options, module_of)
 

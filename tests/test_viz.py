@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from autograd_lab import diff, draw, trace_backward
 from autograd_lab._viz import layout
+from autograd_lab._viz.walk import MAX_SHARED_USES
 from autograd_lab.viz import Graph, LayoutError
 
 
@@ -30,10 +31,13 @@ def independent_walk(*roots):
         fns.append(fn)
         pending.extend(next_fn for next_fn, _ in fn.next_functions)
     entries = [next_fn for fn in fns for next_fn, _ in fn.next_functions]
+    uses = Counter(e for e in entries if type(e).__name__ == "AccumulateGrad")
     return {
         "grad_fns": Counter(type(fn).__name__ for fn in fns),
         "ops": sum(type(fn).__name__ != "AccumulateGrad" for fn in fns),
-        "leaf_uses": sum(type(e).__name__ == "AccumulateGrad" for e in entries if e is not None),
+        "leaf_uses": sum(uses.values()),
+        # one node per leaf; one per use only past the split threshold
+        "leaf_nodes": sum(n if n > MAX_SHARED_USES else 1 for n in uses.values()),
         "constants": sum(e is None for e in entries),
         "edges": len(entries) + sum(r.grad_fn is not None for r in roots),
     }
@@ -48,7 +52,7 @@ def assert_matches_walk(graph, *roots):
     counts = kinds(graph)
     assert Counter(graph.ops()) == expected["grad_fns"]
     assert counts["op"] == expected["ops"]
-    assert counts["leaf"] == expected["leaf_uses"]
+    assert counts["leaf"] == expected["leaf_nodes"]
     assert counts["constant"] == expected["constants"]
     assert counts["tensor"] == len(roots)
     assert len(graph.edges) == expected["edges"]
@@ -120,15 +124,19 @@ def test_conv_net_counts():
     assert "ConvolutionBackward0" in g.ops()
 
 
-def test_shared_weight_gets_one_node_per_use():
+def test_shared_weight_is_one_node_with_one_edge_per_use():
     w = torch.randn(3, requires_grad=True)
     loss = (w * w).sum() + (w * 2).sum()
     g = draw(loss)
     assert_matches_walk(g, loss)
-    assert [n.name for n in g.nodes if n.kind == "leaf"] == ["w", "w", "w"]
-    assert g.ops().count("AccumulateGrad") == 1         # one grad_fn, drawn three times
-    shared = draw(loss, split_leaves=False)
-    assert [n.name for n in shared.nodes if n.kind == "leaf"] == ["w"]
+    [leaf] = [n for n in g.nodes if n.kind == "leaf"]
+    assert leaf.name == "w" and leaf.use is None
+    assert sum(src == leaf.id for src, _ in g.edges) == 3    # three uses, one AccumulateGrad
+    assert g.ops().count("AccumulateGrad") == 1
+    split = draw(loss, split_leaves=True)
+    assert [n.label.split("\n")[0] for n in split.nodes if n.kind == "leaf"] == [
+        "w (3,), use 1 of 3", "w (3,), use 2 of 3", "w (3,), use 3 of 3"]
+    assert any("one tensor with one AccumulateGrad" in note for note in split.notes)
 
 
 def test_rnn_counts():

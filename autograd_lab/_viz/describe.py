@@ -17,7 +17,33 @@ def shape_text(shape):
 
 @lru_cache(maxsize=4096)
 def _shape_text(shape):
-    return "(" + ", ".join(str(int(d)) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+    return "(" + ", ".join(_dim(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _dim(d):
+    # A jagged nested tensor has a nested int (j1) and torch.compile a SymInt (s0):
+    # int() of either raises, while str() names them the way PyTorch prints them.
+    return str(d) if type(d) is int else _symbolic(d)
+
+
+def _symbolic(d):
+    try:
+        return str(int(d))
+    except Exception:  # noqa: BLE001 - any symbolic size is shown by name, never crashes draw
+        return str(d)
+
+
+def is_batched(tensor):
+    """A tensor seen inside ``torch.func.vmap`` (its batch dimension is hidden)."""
+    try:
+        return bool(torch._C._functorch.is_batchedtensor(tensor))
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def plural(count, word):
+    """``1 node``, ``2 nodes``."""
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
 def number(value):
@@ -34,7 +60,7 @@ def values_text(tensor):
             data = t.cpu().tolist()
             return _nested(data)
         return f"{shape_text(t.shape)} norm {number(t.float().norm().item())}"
-    except RuntimeError:
+    except Exception:  # noqa: BLE001 - nested, batched or fake tensors: say the shape only
         return shape_text(tensor.shape)
 
 
@@ -78,39 +104,74 @@ class Saved:
     tensor: object          # the tensor, or None when freed/stale/not a tensor
     value: object           # non-tensor attribute value
     is_tensor: bool
-    state: str              # "ok", "freed" or "stale"
-    detail: str = ""        # for stale: "v0 -> v1"
+    state: str              # "ok", "freed", "stale", "hooked" (not read) or "unreadable"
+    detail: str = ""        # stale: "v0 -> v1"; unreadable: why
 
 
-def saved_entries(fn):
-    """Every saved attribute of ``fn``: tensors with their state, and plain attributes."""
+def saved_entries(fn, read_hooked=False):
+    """Every saved attribute of ``fn``: tensors with their state, and plain attributes.
+
+    A saved tensor with an unpack hook (activation checkpointing, offloading) is read
+    only when ``read_hooked``: reading it runs the hook, which may rerun the forward
+    (BatchNorm statistics, RNG state, call counts all change).  Otherwise it is
+    reported as ``"hooked"``, unread.
+    """
     if isinstance(fn, torch.autograd.function.BackwardCFunction):
-        return _custom_function_entries(fn)
-    return [_read_saved(fn, name) for name in _saved_names(type(fn))]
+        return _custom_function_entries(fn, read_hooked)
+    return [_read_saved(fn, name, read_hooked) for name in _saved_names(type(fn))]
 
 
-def _custom_function_entries(fn):
+def has_unpack_hook(raw):
+    """True when a raw saved tensor (``fn._raw_saved_x``) has an unpack hook.
+
+    ``SavedTensor.unpack_hook`` tells without unpacking; releases without that
+    attribute (torch 2.5, for example) cannot tell, and then the tensor is read as
+    before: there a checkpointed graph is only safe to draw with ``show_saved=False``
+    and no stale check.
+    """
+    raws = raw if isinstance(raw, (list, tuple)) else [raw]
+    return any(getattr(r, "unpack_hook", None) is not None for r in raws)
+
+
+def _hooked(fn, attr):
+    try:
+        raw = getattr(fn, "_raw_saved_" + attr)
+    except Exception:  # noqa: BLE001 - not a saved tensor (a plain attribute), or freed
+        return False
+    return has_unpack_hook(raw)
+
+
+def _custom_function_entries(fn, read_hooked):
     """A custom ``autograd.Function`` keeps ``ctx.save_for_backward`` tensors in ``saved_tensors``."""
+    if not read_hooked and _hooked(fn, "tensors"):
+        return [Saved("saved_tensors", None, None, True, "hooked")]
     try:
         tensors = fn.saved_tensors
-    except RuntimeError as error:
+    except Exception as error:  # noqa: BLE001 - any hook error: unreadable, never a crash
         return [_unreadable("saved_tensors", error)]
     return [Saved(f"saved_tensors[{i}]", t, None, True, "ok") for i, t in enumerate(tensors)
             if isinstance(t, torch.Tensor)]
 
 
 def _unreadable(name, error):
-    """The getter raised: the version-mismatch message means stale, anything else freed."""
-    match = _VERSIONS.search(str(error))
+    """The getter raised: a version mismatch means stale, a freed buffer freed; any other
+    error (an unpack hook that raised) makes the tensor unreadable, with the reason."""
+    text = str(error)
+    match = _VERSIONS.search(text)
     if match:
         return Saved(name, None, None, True, "stale", f"v{match.group(2)} -> v{match.group(1)}")
-    return Saved(name, None, None, True, "freed")
+    if isinstance(error, RuntimeError) and "freed" in text:
+        return Saved(name, None, None, True, "freed")
+    why = f"{type(error).__name__}: {text.splitlines()[0] if text else ''}".strip().rstrip(":")
+    return Saved(name, None, None, True, "unreadable", attr_text(why, 80))
 
 
-def _read_saved(fn, name):
+def _read_saved(fn, name, read_hooked=False):
+    if not read_hooked and _hooked(fn, name):
+        return Saved(name, None, None, True, "hooked")
     try:
         value = getattr(fn, "_saved_" + name)
-    except RuntimeError as error:
+    except Exception as error:  # noqa: BLE001 - any hook error: unreadable, never a crash
         return _unreadable(name, error)
     if isinstance(value, torch.Tensor):
         return Saved(name, value, None, True, "ok")

@@ -1,7 +1,11 @@
 """DOT source for a ``Model``: colour-blind-safe styling, clusters, legend.
 
 Colours come from the Okabe-Ito palette, and every colour is paired with a shape
-or a line style, so the picture still reads in grey scale.
+or a line style, so the picture still reads in grey scale.  The background is
+transparent, so the picture sits on JupyterLab's light or dark theme: every node
+is filled (dark text on a light fill reads on both), and what is drawn on the
+background itself (edges, cluster frames, titles) is a mid grey that contrasts
+with white and with near-black.
 """
 
 # Okabe & Ito (2008), "Color Universal Design".
@@ -12,16 +16,19 @@ KIND_STYLE = {
     "op": {"shape": "box", "style": "rounded,filled", "fillcolor": "#EEEEEE"},
     "leaf": {"shape": "box", "style": "filled", "fillcolor": SKY_BLUE},
     "tensor": {"shape": "box", "style": "filled", "fillcolor": YELLOW},
-    "constant": {"shape": "box", "style": "dashed", "color": "#777777", "fontcolor": "#444444"},
+    "constant": {"shape": "box", "style": "dashed,filled", "color": "#777777", "fillcolor": "#F4F4F4",
+                 "fontcolor": "#444444"},
     "saved": {"shape": "note", "style": "filled", "fillcolor": ORANGE},
     "summary": {"shape": "folder", "style": "filled", "fillcolor": "#FFFFFF"},
 }
 STATE_STYLE = {
     "stale": {"color": VERMILLION, "penwidth": "3"},
-    "freed": {"style": "dashed,rounded", "fontcolor": "#555555"},
+    "freed": {"style": "dashed,rounded,filled", "fillcolor": "#D9D9D9", "fontcolor": "#333333"},
+    "split": {"peripheries": "2"},
 }
 MARK_STYLE = {
-    "current": {"style": "filled,bold", "fillcolor": PURPLE, "penwidth": "3"},
+    "current": {"style": "filled,bold,rounded", "fillcolor": PURPLE, "fontcolor": "#000000",
+                "penwidth": "3"},
     "only_a": {"color": VERMILLION, "penwidth": "3", "style": "filled,bold", "fillcolor": "#F6C9A8"},
     "only_b": {"color": BLUE, "penwidth": "3", "style": "filled,bold", "fillcolor": "#B9D9F0"},
 }
@@ -35,6 +42,7 @@ LEGEND = [
     ("constant", None, "tensor that needs no grad\n(constant, detached)"),
     ("saved", None, "tensor saved for backward"),
     ("summary", None, "nodes left out (max_nodes)\nor a collapsed module"),
+    ("leaf", "split", "one leaf drawn once per use\n(use k of n): one tensor,\none AccumulateGrad"),
     ("op", "stale", "STALE: saved tensor modified\nin place; backward will fail"),
     ("op", "freed", "saved tensors freed by a\nbackward without retain_graph"),
     ("op", "step", "executed by backward\n#k = execution order"),
@@ -43,9 +51,11 @@ LEGEND = [
     ("op", "only_b", "only in the second graph"),
 ]
 
-GRAPH_ATTRS = ('  graph [fontname="Helvetica" fontsize=10 ranksep=0.3 nodesep=0.25]\n'
-               '  node [fontname="Helvetica" fontsize=10 height=0.3 margin="0.08,0.04"]\n'
-               '  edge [fontname="Helvetica" fontsize=9 arrowsize=0.6]\n')
+GREY = "#8C8C8C"   # on the background: 3.4:1 against white, 6:1 against JupyterLab's dark #111111
+GRAPH_ATTRS = (f'  graph [fontname="Helvetica" fontsize=10 ranksep=0.3 nodesep=0.25 bgcolor="transparent" '
+               f'fontcolor="{GREY}"]\n'
+               '  node [fontname="Helvetica" fontsize=10 height=0.3 margin="0.08,0.04" fontcolor="#000000"]\n'
+               f'  edge [fontname="Helvetica" fontsize=9 arrowsize=0.6 color="{GREY}" fontcolor="{GREY}"]\n')
 
 
 def quote(text):
@@ -63,11 +73,14 @@ def node_style(kind, state=None, mark=None, step=None):
     if step is not None:
         style.update(STEP_STYLE)
     style.update(MARK_STYLE.get(mark, {}))
+    if state == "freed" and mark == "current":
+        style["style"] += ",dashed"   # the step being run still shows that its buffers are gone
     return style
 
 
 def node_line(node, indent="  "):
-    style = node_style(node.kind, node.state, node.mark, node.step)
+    state = "split" if node.use is not None and node.state == "ok" else node.state
+    style = node_style(node.kind, state, node.mark, node.step)
     label = node.label if node.step is None else f"#{node.step} {node.label}"
     return f"{indent}{node.id} [label={quote(label)} {attrs(style)}]\n"
 
@@ -76,11 +89,8 @@ def edge_line(src, dst, kind, label):
     style = {}
     if kind == "saved":
         style = {"style": "dashed", "color": ORANGE, "arrowhead": "none"}
-    elif kind == "view":
-        style = {"style": "dotted"}
     if label:
         style["label"] = label
-        style["fontcolor"] = BLUE
     return f"  {src} -> {dst}" + (f" [{attrs(style)}]" if style else "") + "\n"
 
 
@@ -124,7 +134,7 @@ def _clustered_nodes(model):
         pad = "  " * depth
         title = model.cluster_labels.get(path, path[-1])
         lines.append(f"{pad}subgraph cluster_{counter} {{\n{pad}  label={quote(title)} "
-                     f'style="rounded,dashed" color="#999999" fontcolor="#555555"\n')
+                     f'style="rounded,dashed" color="{GREY}" fontcolor="{GREY}"\n')
         lines += [node_line(n, pad + "  ") for n in members.get(path, [])]
         stack.append((None, depth))
         stack += [(child, depth + 1) for child in reversed(list(tree.get(path, {})))]
@@ -134,9 +144,11 @@ def _clustered_nodes(model):
 def legend_lines(model):
     """A legend cluster with one sample per style the picture actually uses."""
     present = {n.kind for n in model.nodes} | {n.state for n in model.nodes} | {n.mark for n in model.nodes}
+    if any(n.use is not None for n in model.nodes):
+        present.add("split")
     if any(n.step is not None for n in model.nodes):
         present.add("step")
-    lines = ['  subgraph cluster_legend {\n    label="legend" style="rounded" color="#999999"\n']
+    lines = [f'  subgraph cluster_legend {{\n    label="legend" style="rounded" color="{GREY}"\n']
     previous = None
     for i, (kind, feature, text) in enumerate(LEGEND):
         if (feature or kind) not in present:

@@ -27,6 +27,7 @@ class Node:
     mark: str | None = None    # "current" (trace frame), "only_a" / "only_b" (diff)
     value: str | None = None   # the tensor's value (small) or shape and norm, when known
     grad: str | None = None    # "grad: ..." when known (leaves, retain_grad tensors)
+    use: tuple | None = None   # (k, n): copy k of a leaf drawn once per use, n uses in all
 
     def signature(self):
         """What makes two nodes 'the same' when comparing graphs (no values, no ids).
@@ -44,7 +45,7 @@ class Model:
 
     nodes: list = field(default_factory=list)
     edges: list = field(default_factory=list)
-    edge_kinds: dict = field(default_factory=dict)    # (src, dst) -> "saved" | "view"
+    edge_kinds: dict = field(default_factory=dict)    # (src, dst) -> "saved"
     edge_labels: dict = field(default_factory=dict)   # (src, dst) -> text
     cluster_labels: dict = field(default_factory=dict)  # cluster path -> title
     notes: list = field(default_factory=list)         # sentences shown under the graph
