@@ -11,10 +11,8 @@ The grader calls ``build`` once per batch and puts the result on its kernels' pa
 """
 
 import io
-import os
 import secrets
 import shutil
-import sys
 from dataclasses import fields, replace
 from pathlib import Path
 
@@ -23,7 +21,7 @@ import torch
 
 from ._checking.observe import flat_tensors
 from ._checking.public import hash_record
-from ._checking.records import encode, readable_grad
+from ._checking.records import readable_grad
 
 PACKAGE = Path(__file__).resolve().parent
 NOTEBOOKS = PACKAGE.parent / "notebooks"
@@ -47,7 +45,9 @@ def build(out_dir, *, self_study=False, notebooks_dir=None):
 
 
 def _write_notebooks(source, target):
-    target.mkdir(parents=True, exist_ok=True)
+    if target.exists():  # no notebook of an older release stays behind
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
     for path in sorted(source.glob("[0-9][0-9]_*.ipynb")):
         notebook = nbformat.read(str(path), as_version=4)
         for cell in notebook.cells:
@@ -172,7 +172,3 @@ def main(args):
     kind = "self-study build (with solutions)" if args.self_study else "student build (no solutions)"
     print(f"Wrote a {kind} to {path}: notebooks/ and autograd_lab/ (put {path} on sys.path or PYTHONPATH).")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(None))

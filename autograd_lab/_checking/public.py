@@ -258,7 +258,3 @@ def _inputs_from(pickled, exercise_id):
                 tensor.grad = grad
         return saved["args"]
     return inputs
-
-
-def decoded_reference(record):
-    return decode(record)

@@ -14,6 +14,7 @@ From that file it writes:
 * ``item_analysis.json``/``.md`` over every graded notebook.
 """
 
+import csv
 import datetime as dt
 import json
 import os
@@ -220,7 +221,6 @@ def _gradebook_row(assignment, row):
 
 
 def _write_csv(path, header, body):
-    import csv
     with open(path, "w", newline="") as file:
         writer = csv.writer(file)
         writer.writerow(header)
