@@ -25,6 +25,7 @@ import os
 from ._checking.detectors import Run
 from ._checking.display import Hint, Result, Solution
 from ._checking.judge import judge
+from ._checking.methods import Method, backward_calls, no_data_attribute, no_jacobian, uses_autograd
 from ._checking.observe import observe
 from ._checking.registry import (
     Exercise,
@@ -43,6 +44,7 @@ __all__ = [
     "Exercise", "WrongAnswer", "Misconception", "Run", "register", "get", "all_exercises",
     "check", "hint", "solution", "observe", "judge", "Result", "Hint", "Solution",
     "strict_mode", "reference_records", "claims",
+    "Method", "uses_autograd", "backward_calls", "no_data_attribute", "no_jacobian",
 ]
 
 DEFAULT_TIMEOUT = 10.0

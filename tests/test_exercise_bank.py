@@ -72,6 +72,9 @@ def test_the_source_that_solve_writes_passes_on_its_own(exercise):
 def _names_the_misconception(exercise, tag, messages):
     text = " ".join(messages)
     custom = {m.tag: m.message for m in exercise.misconceptions}
+    methods = {m.tag: m.feedback() for m in exercise.method}
+    if tag in methods:  # the feedback names the method the answer broke
+        return methods[tag] in text
     if tag in custom:
         return custom[tag] in text
     if tag in MESSAGES:
@@ -91,6 +94,7 @@ _GENERIC_PHRASES = {
     "gradcheck": ("gradcheck",),
     "error": ("raised",),
     "timeout": ("time limit",),
+    "method": ("cannot be checked",),
 }
 
 
@@ -108,3 +112,16 @@ def test_wrong_answer_fails_with_its_misconception(exercise, index):
     if public.status != "passed":  # some mistakes only show on hidden shapes
         assert public.misconception == wrong.expect, repr(public)
         assert _names_the_misconception(exercise, wrong.expect, public.messages), repr(public)
+
+
+METHOD_EXERCISES = [exercise for exercise in EXERCISES if exercise.method]
+
+
+@pytest.mark.parametrize("exercise", METHOD_EXERCISES, ids=lambda exercise: exercise.id)
+def test_every_method_has_its_shortcut_in_the_bank(exercise):
+    # The shortcut that gets the right value the forbidden way must be in the bank with the
+    # method's tag; test_wrong_answer_fails_with_its_misconception then proves it is caught.
+    tags = {wrong.expect for wrong in exercise.wrong_answers}
+    missing = [method.name for method in exercise.method if method.tag not in tags]
+    assert not missing, (f"{exercise.id}: add the shortcut that breaks {missing} to wrong_answers, "
+                         f"as WrongAnswer(..., expect={exercise.method[0].tag!r})")

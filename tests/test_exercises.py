@@ -639,3 +639,110 @@ def test_claims_compares_equal_values_of_the_same_type():
     assert not says_one({"B": 1}, None, ()) and not says_one([1], None, ())
     decoded = "".join(["no_zero", "_grad"])           # equal, but a different object
     assert says_cause({"A": decoded}, None, ())
+
+
+# --- methods: the exercise checks the skill it names (docs/contracts.md §5) -----------
+
+from autograd_lab.exercises import backward_calls, no_data_attribute, no_jacobian, uses_autograd  # noqa: E402
+
+
+def _cube_formula(x):
+    return 3 * x ** 2
+
+
+def _cube_by_grad(x):
+    from torch.autograd import grad  # bound before the check starts counting: still counted
+    x = x.detach().requires_grad_()
+    return grad((x ** 3).sum(), x)[0]
+
+
+def test_uses_autograd_rejects_a_typed_formula_and_names_the_method():
+    make(method=uses_autograd())
+    assert check("99.sample", cube_grad).status == "passed"
+    assert check("99.sample", _cube_by_grad).status == "passed"
+    result = check("99.sample", _cube_formula)
+    assert result.status == "failed" and result.misconception == "typed_formula"
+    assert "asks for autograd" in result.messages[0] and "`backward()`" in result.messages[0]
+
+
+def test_method_facts_are_in_the_record_for_the_batch_grader():
+    exercise = make(method=uses_autograd())
+    record = observe(exercise, cube_grad, 0)
+    assert record["facts"] == {"engine_runs": 1, "silent_writes": 0}
+    assert observe(exercise, _cube_formula, 0)["facts"]["engine_runs"] == 0
+    assert "facts" not in observe(make("99.plain"), cube_grad, 0)  # no method: the record is as before
+    # judged outside the kernel from the record alone; a record without facts cannot pass
+    reference = {0: observe(exercise, cube_grad, 0)}
+    assert judge(exercise, {0: record}, reference).status == "passed"
+    stripped = {k: v for k, v in record.items() if k != "facts"}
+    assert judge(exercise, {0: stripped}, reference).misconception == "method"
+
+
+def _sgd_inputs(seed, hidden):
+    generator = torch.Generator().manual_seed(seed)
+    p = torch.randn(5 if hidden else 3, generator=generator, requires_grad=True)
+    p.grad = torch.randn(p.shape, generator=generator)
+    return (p, 0.1)
+
+
+def _sgd_no_grad(p, lr):
+    with torch.no_grad():
+        p.sub_(lr * p.grad)
+
+
+def _sgd_data(p, lr):
+    p.data.sub_(lr * p.grad)
+
+
+def _sgd_detach(p, lr):
+    p.detach().sub_(lr * p.grad)  # shares the version counter: autograd sees this write
+
+
+def test_no_data_attribute_rejects_a_write_through_data():
+    make(reference=_sgd_no_grad, inputs=_sgd_inputs, compare=("args",), method=no_data_attribute())
+    assert check("99.sample", _sgd_no_grad).status == "passed"
+    assert check("99.sample", _sgd_detach).status == "passed"
+    result = check("99.sample", _sgd_data)
+    assert result.misconception == "data_write" and "`.data`" in result.messages[0]
+    assert "asks for updates autograd can see" in result.messages[0]
+
+
+def _vjp_by_grad(x):
+    x = x.detach().requires_grad_()
+    y = torch.sin(x)
+    return torch.autograd.grad(y, x, torch.ones_like(y))[0]
+
+
+def _vjp_by_jacobian(x):
+    return torch.ones_like(x) @ torch.autograd.functional.jacobian(torch.sin, x)
+
+
+def test_no_jacobian_rejects_a_full_jacobian_on_every_input_size():
+    make(reference=_vjp_by_grad, method=(uses_autograd(), no_jacobian()))
+    exercise = get("99.sample")
+    everything = exercise.public_seeds + exercise.hidden_seeds  # hidden inputs are larger (7 > 4)
+    references = {s: observe(exercise, _vjp_by_grad, s) for s in everything}
+    assert judge(exercise, references, references).status == "passed"
+    result = judge(exercise, {s: observe(exercise, _vjp_by_jacobian, s) for s in everything}, references)
+    assert result.misconception == "jacobian" and "without building the Jacobian" in result.messages[0]
+    assert observe(exercise, _vjp_by_jacobian, 101)["facts"]["largest_numel"] == 49
+
+
+def _two_micro_batches(x):
+    x = x.detach().requires_grad_()
+    for half in x.chunk(2):
+        (half ** 3).sum().backward()
+    return x.grad
+
+
+def test_backward_calls_counts_backward_passes():
+    make(reference=_two_micro_batches, method=backward_calls(2))
+    assert check("99.sample", _two_micro_batches).status == "passed"
+    result = check("99.sample", cube_grad)  # one full batch: right value, wrong method
+    assert result.misconception == "backward_calls" and "exactly 2 backward passes" in result.messages[0]
+
+
+def test_a_method_on_a_value_exercise_is_refused():
+    with pytest.raises(ValueError, match="method= applies to function exercises"):
+        Exercise(id="99.value", title="t", answer_name="v", kind="value", reference=lambda: 1,
+                 solution_code="v = 1", method=uses_autograd())

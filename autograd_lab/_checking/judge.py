@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from .compare import Finding, Tolerance, compare_values
 from .display import Result
 from .detectors import named
+from .methods import broken
 from .observe import RECORD_STATUSES
 from .records import KIND, describe
 
@@ -60,10 +61,28 @@ def judge_case(exercise, student, reference):
         return Case(seed, hidden, "error", Finding("error", f"not a record made by observe (status {status!r})"), inputs)
     if status != "ok":
         return Case(seed, hidden, status, Finding(status, student.get("error") or ""), inputs)
-    finding = first_difference(exercise, student, reference)
+    finding = method_finding(exercise, student) or first_difference(exercise, student, reference)
     if finding is None:
         return Case(seed, hidden, "passed", None, inputs)
     return Case(seed, hidden, "failed", named(exercise, finding, student, reference), inputs)
+
+
+def method_finding(exercise, student):
+    """A ``Finding`` naming the method the answer broke, judged before its values.
+
+    The method comes first: a typed formula that happens to be right still misses the skill.
+    """
+    if not exercise.method:
+        return None
+    facts = student.get("facts")
+    if not isinstance(facts, dict):
+        return Finding("method", "the record holds no facts about how the answer ran, so the method "
+                                 f"this exercise asks for ({exercise.method[0].name}) cannot be checked.")
+    try:
+        method = broken(exercise.method, facts)
+    except (KeyError, TypeError):
+        return Finding("method", "the record's facts are incomplete, so the method cannot be checked.")
+    return None if method is None else Finding(method.tag, method.feedback())
 
 
 def first_difference(exercise, student, reference):

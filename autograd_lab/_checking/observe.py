@@ -10,6 +10,7 @@ import os
 
 import torch
 
+from .facts import watch
 from .hermetic import TimedOut, deadline, isolated
 from .records import clean_text, encode
 
@@ -68,7 +69,7 @@ def _run_function(record, exercise, answer, args, seed, timeout):
         return
     try:
         with deadline(timeout) as timer:
-            output = function(*args)
+            output = _call(record, exercise, function, args)
             if "grad" in exercise.compare:
                 record.update(_input_grads(output, args, seed))
             timer.stop()
@@ -87,6 +88,16 @@ def _run_function(record, exercise, answer, args, seed, timeout):
     record["output"] = encode(output)
     if "args" in exercise.compare:
         record["args_after"] = [encode(arg) for arg in args]
+
+
+def _call(record, exercise, function, args):
+    """``function(*args)``; for an exercise with a ``method``, its facts go into ``record["facts"]``."""
+    if not exercise.method:
+        return function(*args)
+    with watch(flat_tensors(args), sizes=any(m.sizes for m in exercise.method)) as watched:
+        output = function(*args)
+    record["facts"] = watched.facts
+    return output
 
 
 def _record_error(record, error):

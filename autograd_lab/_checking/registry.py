@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from .detectors import validate_detector
+from .methods import Method
 
 SOLUTIONS_PACKAGE = "autograd_lab.solutions"
 COMPARE_KINDS = ("value", "state", "args", "grad")
@@ -76,9 +77,14 @@ class Exercise:
     wrong_answers: tuple = ()
     solution_code: Optional[str] = None
     setup: Optional[Callable[[], dict]] = None
+    experiment: Optional[Callable[[], Any]] = None  # value exercises: measures the key (contracts §5)
+    method: Any = ()  # a Method or a tuple of them (``_checking/methods.py``)
+    checked_numbers: dict = field(default_factory=dict, compare=False)  # {"6": lambda key: key["C"]}
     module: str = field(default="", compare=False)
 
     def __post_init__(self):
+        if isinstance(self.method, Method):
+            object.__setattr__(self, "method", (self.method,))
         _validate(self)
         public, hidden = _DEFAULT_SEEDS[self.kind]
         # Frozen dataclass: defaults that depend on ``kind`` are filled in here.
@@ -86,7 +92,7 @@ class Exercise:
             object.__setattr__(self, "public_seeds", public)
         if self.hidden_seeds is None:
             object.__setattr__(self, "hidden_seeds", hidden)
-        for name in ("public_seeds", "hidden_seeds", "hints", "compare", "misconceptions", "wrong_answers"):
+        for name in ("public_seeds", "hidden_seeds", "hints", "compare", "misconceptions", "wrong_answers", "method"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         if set(self.public_seeds) & set(self.hidden_seeds):
             raise ValueError(f"Exercise {self.id}: a seed cannot be both public and hidden; "
@@ -124,6 +130,12 @@ def _validate(exercise):
     for item in exercise.wrong_answers:
         if not isinstance(item, WrongAnswer):
             raise TypeError(f"{where}: wrong_answers must hold WrongAnswer(...) items, got {type(item).__name__}.")
+    if not all(isinstance(item, Method) for item in exercise.method):
+        raise TypeError(f"{where}: method must be a Method (for example uses_autograd()) or a tuple of them.")
+    if exercise.method and exercise.kind != "function":
+        raise ValueError(f"{where}: method= applies to function exercises (a value is typed, not computed).")
+    if exercise.experiment is not None and not callable(exercise.experiment):
+        raise TypeError(f"{where}: experiment must be a zero-argument function that measures the key.")
     for item in exercise.misconceptions:
         if not isinstance(item, Misconception):
             raise TypeError(f"{where}: misconceptions must hold Misconception(...) items, got {type(item).__name__}.")

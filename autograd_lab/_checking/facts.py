@@ -1,0 +1,113 @@
+"""Observable facts about HOW an answer computed its result, recorded while it runs.
+
+An exercise whose prompt requires or forbids a method ("by autograd, not by
+typing the formula", "no ``.data``", "no Jacobian") is judged on these facts
+(see ``methods.py``).  They are plain data in the record, so the batch grader
+judges them in its own process, like the values.
+
+* ``engine_runs``: how many times the autograd engine ran a backward pass
+  (``.backward()``, ``torch.autograd.backward``, ``torch.autograd.grad`` and
+  everything built on them).  Counted by wrapping the engine object that all of
+  them call, so ``from torch.autograd import grad`` done earlier is counted too.
+  ``torch.func`` transforms do not run this engine and are not counted.
+* ``silent_writes``: how many tensor arguments (a module's parameters included)
+  changed value while their version counter did not move: the mark of a write
+  through ``.data``, which autograd cannot see (``.data`` is a new tensor with
+  its own counter).  An in-place op on the tensor itself, even under
+  ``torch.no_grad()``, or on its ``.detach()`` (which shares the counter), bumps it.
+* ``largest_numel``: the most elements of any tensor an op produced, backward
+  included, and ``largest_input_numel``, the most elements of a tensor argument
+  (only when a method asks for them: the first needs a dispatch mode, which
+  costs a Python call per op).
+"""
+
+import contextlib
+
+import torch
+from torch.autograd.variable import Variable
+from torch.utils._python_dispatch import TorchDispatchMode
+
+FACTS = ("engine_runs", "silent_writes", "largest_numel", "largest_input_numel")
+
+
+class _CountingEngine:
+    """Stands in for ``Variable._execution_engine``: counts backward passes, delegates the rest."""
+
+    def __init__(self, engine):
+        self._engine = engine
+        self.runs = 0
+
+    def run_backward(self, *args, **kwargs):
+        self.runs += 1
+        return self._engine.run_backward(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+
+class _LargestOutput(TorchDispatchMode):
+    """Records the largest ``numel`` among the outputs of every op run under it."""
+
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for tensor in _tensors(out):
+            self.largest = max(self.largest, tensor.numel())
+        return out
+
+
+def _tensors(value):
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in _tensors(item)]
+    return []
+
+
+class Watch:
+    """The facts of one call; filled in when the ``watch`` block ends."""
+
+    def __init__(self):
+        self.facts = {}
+
+
+@contextlib.contextmanager
+def watch(tensors, *, sizes=False):
+    """Record the facts (``FACTS``) of the code run inside; ``tensors`` are the call's tensor arguments.
+
+    ``sizes``: also record ``largest_numel`` (slower: a dispatch mode sees every op).
+    """
+    before = [(t, t._version, t.detach().clone()) for t in tensors]
+    result = Watch()
+    engine = Variable._execution_engine
+    counter = _CountingEngine(engine)
+    Variable._execution_engine = counter
+    mode = _LargestOutput() if sizes else contextlib.nullcontext()
+    try:
+        with mode:
+            yield result
+    finally:
+        Variable._execution_engine = engine
+        result.facts = {"engine_runs": counter.runs, "silent_writes": _silent_writes(before)}
+        if sizes:
+            result.facts["largest_numel"] = mode.largest
+            result.facts["largest_input_numel"] = max((t.numel() for t in tensors), default=0)
+
+
+def _silent_writes(before):
+    count = 0
+    for tensor, version, value in before:
+        changed = value.shape != tensor.shape or not _same_values(value, tensor.detach())
+        if changed and tensor._version == version:
+            count += 1
+    return count
+
+
+def _same_values(a, b):
+    same = a == b
+    if a.is_floating_point() or a.is_complex():
+        same = same | (a.isnan() & b.isnan())
+    return bool(same.all())

@@ -1,0 +1,91 @@
+"""Methods an exercise requires or forbids, judged on the facts recorded while the answer ran.
+
+``Exercise(..., method=uses_autograd())`` makes ``check`` (and the batch grader)
+fail an answer that gets the right value the wrong way, with a message that
+names the method.  A ``Method`` is a name, a predicate on the recorded facts
+(``facts.FACTS``: ``engine_runs``, ``silent_writes``, ``largest_numel``) and the
+message shown when the predicate is false.  The ready-made ones below cover the
+course; write another by giving the three fields.
+"""
+
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Method:
+    """A required or forbidden method.
+
+    ``name``: what the prompt asks for ("autograd", "no .data").  ``holds(facts)``:
+    True when the answer kept to it.  ``message``: the feedback when it did not;
+    it should say what the answer did.  ``tag``: the misconception tag of a
+    failure (the bank's ``WrongAnswer.expect``).  ``sizes``: the predicate reads
+    ``largest_numel``, which is recorded only when some method asks for it.
+    """
+
+    name: str
+    holds: Callable[[dict], bool]
+    message: str
+    tag: str = "method"
+    sizes: bool = False
+
+    def feedback(self):
+        return f"This exercise asks for {self.name}: {self.message}"
+
+
+def uses_autograd():
+    """The result must come out of autograd: at least one backward pass (``backward`` or ``autograd.grad``)."""
+    return Method(
+        name="autograd",
+        holds=lambda facts: facts["engine_runs"] >= 1,
+        message=("your answer computed the result without calling `backward()` or `torch.autograd.grad`, "
+                 "so it is a formula typed by hand, not a gradient taken by autograd."),
+        tag="typed_formula")
+
+
+def backward_calls(n):
+    """Exactly ``n`` backward passes (for example one per micro-batch)."""
+    return Method(
+        name=f"exactly {n} backward pass{'es' if n != 1 else ''}",
+        holds=lambda facts: facts["engine_runs"] == n,
+        message=(f"your answer ran a different number of backward passes "
+                 f"(`backward()` or `torch.autograd.grad` calls) than the {n} the prompt asks for."),
+        tag="backward_calls")
+
+
+def no_data_attribute():
+    """No write through ``.data``: a tensor argument must not change behind autograd's back."""
+    return Method(
+        name="updates autograd can see (no `.data`)",
+        holds=lambda facts: facts["silent_writes"] == 0,
+        message=("your answer changed a tensor without moving its version counter, which is what a write "
+                 "through `.data` does; autograd cannot see such a write. Update it in place under "
+                 "`torch.no_grad()` instead."),
+        tag="data_write")
+
+
+def no_jacobian(max_numel=None):
+    """No Jacobian-sized tensor: none with more than ``max_numel`` elements.
+
+    ``max_numel=None``: less than n * n, where n is the size of the largest tensor
+    argument (the Jacobian of a map from n numbers to n numbers has n * n).
+    """
+    def holds(facts):
+        n = facts["largest_input_numel"]
+        limit = max_numel if max_numel is not None else (n * n - 1 if n > 1 else float("inf"))
+        return facts["largest_numel"] <= limit
+    size = f"more than {max_numel} elements" if max_numel is not None else "as many elements as a full Jacobian"
+    return Method(
+        name="a vector-Jacobian product without building the Jacobian",
+        holds=holds,
+        message=(f"your answer built a tensor with {size}; compute the product with "
+                 "`backward(v)` or `torch.autograd.grad(..., v)`, which never builds the Jacobian."),
+        tag="jacobian", sizes=True)
+
+
+def broken(methods, facts):
+    """The first method in ``methods`` that ``facts`` break, or ``None``."""
+    for method in methods:
+        if not method.holds(facts):
+            return method
+    return None
