@@ -7,7 +7,6 @@ build/browser-artifacts/site/.
 
 import os
 import re
-import time
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -88,10 +87,9 @@ def test_page_loads_offline_with_nothing_broken(offline_page, path, artifacts):
 def wait_for_math(page, path):
     """The bundled MathJax typesets every formula, and none is left as raw TeX."""
     page.wait_for_function("window.MathJax && MathJax.Hub", timeout=30_000)
-    page.evaluate("new Promise(done => MathJax.Hub.Queue(done))")  # runs after the initial typeset
-    deadline = time.monotonic() + MATH_S
-    while page.evaluate("MathJax.Hub.queue.running || MathJax.Hub.queue.pending") and time.monotonic() < deadline:
-        time.sleep(0.2)
+    # A callback queued now runs after the initial typeset; wait for it, boundedly.
+    page.evaluate("window.__typeset = false; MathJax.Hub.Queue(() => { window.__typeset = true; })")
+    page.wait_for_function("window.__typeset === true", timeout=MATH_S * 1000)
     assert page.locator(".MathJax_Error, merror, .mjx-merror").count() == 0, f"MathJax errors in {path.name}"
     formulas = page.locator('script[type^="math/tex"]').count()
     TYPESET[path.name] = formulas
