@@ -172,3 +172,54 @@ def initial_weights(rank, world_size):
     """Each rank builds its model from a different seed; returns the weights DDP leaves it with."""
     model = DDP(make_model(seed=rank))
     return {"weights": {name: p.detach().clone() for name, p in model.module.named_parameters()}}
+
+
+def accumulated_scale(rank, world_size, micro_batches=4, micro_batch_size=3, loss="mean"):
+    """Accumulate ``micro_batches`` DDP backwards on this rank; return the gradients after the last one.
+
+    ``loss``: ``"mean"`` (each micro-batch loss is ``F.mse_loss(out, y)``), ``"mean/K"``
+    (divided by the number of micro-batches) or ``"sum/K"`` (``reduction="sum"``, divided
+    by K).  Every backward all-reduces (no ``no_sync``), which changes nothing in the result.
+    """
+    model = DDP(make_model())
+    inputs, targets = make_data(micro_batches * micro_batch_size * world_size)
+    x, y = rank_slice(inputs, rank, world_size), rank_slice(targets, rank, world_size)
+    reduction, divide = {"mean": ("mean", 1), "mean/K": ("mean", micro_batches),
+                         "sum/K": ("sum", micro_batches)}[loss]
+    for xb, yb in zip(x.split(micro_batch_size), y.split(micro_batch_size)):
+        (F.mse_loss(model(xb), yb, reduction=reduction) / divide).backward()
+    return {"grads": grads_of(model.module)}
+
+
+def make_checkpointed_model(seed=0):
+    """Two Linear -> Tanh blocks, the second used twice per forward (weight sharing, as in many models)."""
+    torch.manual_seed(seed)
+    return nn.ModuleList([nn.Sequential(nn.Linear(IN_FEATURES, IN_FEATURES), nn.Tanh()) for _ in range(2)])
+
+
+def checkpointed_ddp(rank, world_size, use_reentrant=True, reuse=True):
+    """DDP over a model whose second block is checkpointed twice in one forward.
+
+    With the reentrant checkpoint, each recomputation runs its own backward inside the
+    outer one, and DDP's hook on the shared parameters fires once per use; the
+    non-reentrant checkpoint runs inside the one backward and DDP sees each gradient once.
+    """
+    from torch.utils.checkpoint import checkpoint
+
+    blocks = make_checkpointed_model()
+
+    class Shared(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = blocks
+
+        def forward(self, x):
+            h = self.blocks[0](x)
+            for _ in range(2 if reuse else 1):
+                h = checkpoint(self.blocks[1], h, use_reentrant=use_reentrant)
+            return h
+
+    model = DDP(Shared())
+    inputs, _ = make_data(4 * world_size)
+    model(rank_slice(inputs, rank, world_size)).pow(2).mean().backward()
+    return {"grads": grads_of(model.module)}

@@ -25,7 +25,6 @@ import io
 import os
 import queue
 import re
-import tempfile
 import socket
 import time
 import traceback
@@ -88,13 +87,41 @@ def free_port():
 def single_process_group():
     """Make this process a gloo group of one (world size 1), once; used to check DDP code in-process.
 
-    The rendezvous is a file in a temporary folder, so nothing listens on the network.
+    The rendezvous is an in-memory store: nothing listens on the network and no
+    file or folder is left behind.
     """
     if not dist.is_initialized():
         os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback_interface())
-        rendezvous = os.path.join(tempfile.mkdtemp(prefix="autograd-lab-"), "store")
-        dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=0, world_size=1)
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     return dist.group.WORLD
+
+
+_NCCL_TIMEOUT_SOURCE = re.compile(
+    r"kProcessGroupNCCLDefaultTimeout\s*=\s*std::chrono::milliseconds\(([\d\s*]+)\)")
+
+
+def nccl_default_timeout():
+    """NCCL's default process-group timeout, also on a build of torch without NCCL.
+
+    A build with NCCL exposes it as ``torch.distributed.constants.default_pg_nccl_timeout``;
+    a CPU-only build sets that to ``None``, but still ships the C++ header that defines
+    it (``kProcessGroupNCCLDefaultTimeout`` in ``ProcessGroupNCCL.hpp``), so read it there.
+    Returns ``(timedelta, where it was read)``.
+    """
+    from torch.distributed.constants import default_pg_nccl_timeout
+
+    if default_pg_nccl_timeout is not None:
+        return default_pg_nccl_timeout, "torch.distributed.constants.default_pg_nccl_timeout"
+    header = os.path.join(os.path.dirname(torch.__file__), "include", "torch", "csrc", "distributed",
+                          "c10d", "ProcessGroupNCCL.hpp")
+    with open(header) as source:
+        match = _NCCL_TIMEOUT_SOURCE.search(source.read())
+    if match is None:
+        raise RuntimeError(f"kProcessGroupNCCLDefaultTimeout not found in {header}")
+    milliseconds = 1
+    for factor in match.group(1).split("*"):
+        milliseconds *= int(factor)
+    return timedelta(milliseconds=milliseconds), "kProcessGroupNCCLDefaultTimeout in ProcessGroupNCCL.hpp"
 
 
 def _worker(rank, world_size, port, collective_timeout, scenario, kwargs, outbox):

@@ -88,3 +88,61 @@ def test_batchnorm_statistics_differ_per_rank_until_ddp_broadcasts_rank_0s():
     synced = launch(scenarios.batchnorm_statistics, timeout=120, sync=True)
     with pytest.raises(RankError, match="SyncBatchNorm layers only work with GPU modules"):
         synced.raise_errors()
+
+
+def test_accumulated_scale_on_two_ranks_is_4_1_6():
+    # The experiment behind 08.grad_scale: K = 4 micro-batches of B = 3 rows, 2 outputs.
+    model = scenarios.make_model()
+    x, y = scenarios.make_data(2 * 4 * 3)
+    F.mse_loss(model(x), y).backward()
+    for loss, factor in (("mean", 4), ("mean/K", 1), ("sum/K", 6)):
+        run = launch(scenarios.accumulated_scale, world_size=2, loss=loss)
+        assert run.ok, run.errors
+        for name, p in model.named_parameters():
+            torch.testing.assert_close(run.results[0]["grads"][name], factor * p.grad)
+
+
+def test_reentrant_checkpoint_of_a_reused_block_fails_under_ddp_and_non_reentrant_works():
+    failed = launch(scenarios.checkpointed_ddp, world_size=2, use_reentrant=True)
+    with pytest.raises(RankError, match="Expected to mark a variable ready only once"):
+        failed.raise_errors()
+    fixed = launch(scenarios.checkpointed_ddp, world_size=2, use_reentrant=False)
+    assert fixed.ok, fixed.errors
+
+
+def test_nccl_default_timeout_is_ten_minutes_even_without_nccl():
+    from datetime import timedelta
+
+    from autograd_lab.distributed import nccl_default_timeout
+    timeout, _ = nccl_default_timeout()
+    assert timeout == timedelta(minutes=10)
+
+
+_LEAVES_NOTHING = """
+import torch, torch.nn as nn, torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from autograd_lab import ddp_scenarios as scenarios
+from autograd_lab.distributed import launch, single_process_group
+if __name__ == "__main__":
+    assert launch(scenarios.initial_weights, world_size=2).ok
+    single_process_group()
+    DDP(nn.Linear(2, 2))(torch.ones(1, 2)).sum().backward()
+"""
+
+
+def test_lab_08_leaves_no_temporary_folder_behind(tmp_path):
+    # What notebook 08 does: launches (forkserver, its socket folder) and a group of one (08.no_sync_loop).
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "lab08.py"
+    script.write_text(_LEAVES_NOTHING)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch), "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, str(script)], check=True, env=env, timeout=120)
+    # torch._dynamo (DDP imports it) makes one shared cache folder per user, reused by every
+    # run: not a per-run leftover. Anything else (autograd-lab-*, pymp-*) would be.
+    left = sorted(path.name for path in scratch.iterdir() if not path.name.startswith("torchinductor_"))
+    assert left == []

@@ -11,15 +11,39 @@ from autograd_lab.exercises import Exercise, Misconception, WrongAnswer, claims,
 
 # --- 08.grad_scale --------------------------------------------------------------------
 
-# The setups of the notebook: 2 ranks, K = 4 micro-batches of B = 3 rows per rank.
-GRAD_SCALE = {"A": 4, "B": 1, "C": 3}
+# The setups of the notebook: 2 ranks, K = 4 micro-batches of B = 3 rows per rank, a model with
+# 2 outputs (make_model() is a Linear(4, 2)).
+WORLD_SIZE, K, B, OUTPUTS = 2, 4, 3, 2
+GRAD_SCALE = {"A": 4, "B": 1, "C": 6}
 
 
 def grad_scale():
     # A: mean loss, no / K: K accumulated micro-batch means, averaged over ranks -> K.
     # B: mean loss / K: exactly the global-batch mean -> 1.
-    # C: sum loss / K: each micro-batch contributes B rows' sum instead of their mean -> B.
+    # C: sum loss / K: a sum over B rows x 2 outputs is B * 2 times their mean -> 6.
     return dict(GRAD_SCALE)
+
+
+def measure_grad_scale():
+    """The experiment of the prompt: a real 2-process DDP run of each setup, against one process."""
+    from autograd_lab import ddp_scenarios as scenarios
+    from autograd_lab.distributed import launch
+
+    model = scenarios.make_model()
+    x, y = scenarios.make_data(WORLD_SIZE * K * B)
+    F.mse_loss(model(x), y).backward()
+    reference = torch.cat([p.grad.flatten() for p in model.parameters()])
+    factors = {}
+    for setup, loss in (("A", "mean"), ("B", "mean/K"), ("C", "sum/K")):
+        run = launch(scenarios.accumulated_scale, world_size=WORLD_SIZE, micro_batches=K,
+                     micro_batch_size=B, loss=loss)
+        run.raise_errors()
+        grads = run.results[0]["grads"]
+        ddp = torch.cat([grads[name].flatten() for name, _ in model.named_parameters()])
+        factor = float(ddp @ reference / (reference @ reference))
+        assert torch.allclose(ddp, factor * reference, rtol=1e-4, atol=1e-6), "not a pure scaling"
+        factors[setup] = round(factor) if abs(factor - round(factor)) < 1e-4 else factor
+    return factors
 
 
 def _scaled_by(factor):
@@ -29,31 +53,46 @@ def _scaled_by(factor):
     return detect
 
 
+def _c_counts_rows_only(student, reference, args):
+    # C = B: the sum taken over rows only, as if the model had one output.
+    return (isinstance(student, dict) and set(student) == set(reference)
+            and student["C"] == B and reference["C"] == B * OUTPUTS)
+
+
 register(Exercise(
     id="08.grad_scale",
     title="Predict the gradient scale of DDP with accumulation",
     kind="value",
     answer_name="grad_scale",
     reference=grad_scale,
+    experiment=measure_grad_scale,
     solution_code=f"grad_scale = {GRAD_SCALE!r}",
     hints=(
         "DDP averages the gradients of the ranks; it never sums them.",
         "Accumulation adds the gradients of the micro-batches: K means added up are K times a mean.",
-        "A sum over B rows is B times their mean.",
+        "`F.mse_loss` averages over every element, not over rows: a micro-batch of 3 rows and 2 outputs "
+        "has 6 elements, so its summed loss is 6 times its mean.",
     ),
+    checked_numbers={"6": lambda key: key["C"]},
     misconceptions=(
         Misconception("ddp_sums",
                       "Every factor is twice the truth: DDP averages the ranks' gradients (it divides the "
                       "all-reduced sum by the world size), so ranks never multiply the scale.",
                       _scaled_by(2)),
         Misconception("accumulation_averages",
-                      "Setup A is not 1: backward() adds into .grad, so K micro-batch means accumulate to "
+                      "Setup A is not 1: `backward()` adds into `.grad`, so K micro-batch means accumulate to "
                       "K times the mean unless each loss is divided by K.",
                       claims("A", 1)),
+        Misconception("sum_over_rows_only",
+                      "Setup C counts rows only: `reduction=\"sum\"` adds every element of the "
+                      "(rows, outputs) loss, and the mean divides by all of them, so the factor is rows "
+                      "times outputs.",
+                      _c_counts_rows_only),
     ),
     wrong_answers=(
-        WrongAnswer({"A": 8, "B": 2, "C": 6}, expect="ddp_sums"),
-        WrongAnswer({"A": 1, "B": 1, "C": 3}, expect="accumulation_averages"),
+        WrongAnswer({"A": 8, "B": 2, "C": 12}, expect="ddp_sums"),
+        WrongAnswer({"A": 1, "B": 1, "C": 6}, expect="accumulation_averages"),
+        WrongAnswer({"A": 4, "B": 1, "C": 3}, expect="sum_over_rows_only", note="the old, wrong key"),
         WrongAnswer({"A": 4, "B": 1, "C": 12}, expect="wrong_value", note="C confused with K * B"),
     ),
 ))
