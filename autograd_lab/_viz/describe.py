@@ -133,6 +133,11 @@ def has_unpack_hook(raw):
     return any(getattr(r, "unpack_hook", None) is not None for r in raws)
 
 
+def can_tell_hooks():
+    """Whether this torch tells if a saved tensor has an unpack hook without running it."""
+    return hasattr(torch._C._autograd.SavedTensor, "unpack_hook")
+
+
 def _hooked(fn, attr):
     try:
         raw = getattr(fn, "_raw_saved_" + attr)

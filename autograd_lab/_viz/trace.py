@@ -15,7 +15,7 @@ from . import describe
 from .layout import LayoutError
 from .walk import truncate
 
-MAX_STATIC_FRAMES = 24
+KEY_FRAMES = 3   # without ipywidgets: first, middle and last step, then a table of every step
 
 
 @dataclass
@@ -140,6 +140,7 @@ class Trace:
         self.edge_grads = [(type(fn).__name__, type(next_fn).__name__, grad)
                            for _, fn, _, next_fn, grad in record.flows]
         self._step_nodes = [node_ids.get(fn, []) for fn in record.order]
+        self.steps = _step_rows(record, node_ids)
         self._flows = []   # (step, (src id, dst id), label)
         for step, fn, i, _, grad in record.flows:
             consumer = after.op_ids.get(fn)
@@ -176,16 +177,29 @@ class Trace:
     def __repr__(self):
         return self.text()
 
+    def key_steps(self):
+        """Step numbers shown as pictures when there is no slider: first, middle, last."""
+        count = len(self.frames)
+        return sorted({1, (count + 1) // 2, count}) if count else []
+
+    def table_html(self):
+        """One row per step: order, node, and the gradient (shape, norm) sent along each edge."""
+        head = "<tr><th>step</th><th>node</th><th>gradient sent to each input</th></tr>"
+        rows = [f"<tr><td>{k}</td><td>{html.escape(node)}</td><td>{html.escape('; '.join(flows) or '-')}</td></tr>"
+                for k, node, flows in self.steps]
+        return f"<table>{head}{''.join(rows)}</table>"
+
     def _repr_mimebundle_(self, include=None, exclude=None):
-        parts = []
-        for frame in self.frames[:MAX_STATIC_FRAMES]:
+        shown = self.key_steps()
+        parts = [f"<p>{len(self.frames)} backward steps; pictures of steps {', '.join(map(str, shown))} "
+                 "(install ipywidgets for a slider over every step, or look at trace.frames[k]).</p>"]
+        for k in shown:
+            frame = self.frames[k - 1]
             try:
                 parts.append(f"<div><p><b>{html.escape(frame.title)}</b></p>{frame.svg()}</div>")
             except LayoutError as error:
                 return {"text/plain": f"{error}\n{self.text()}"}
-        hidden = len(self.frames) - len(parts)
-        if hidden > 0:
-            parts.append(f"<p>{hidden} more steps: see trace.frames[{len(parts)}:]</p>")
+        parts.append(self.table_html())
         return {"text/html": "\n".join(parts), "text/plain": self.text()}
 
     def _ipython_display_(self):
@@ -196,6 +210,28 @@ class Trace:
             display(self._repr_mimebundle_(), raw=True)
             return
         display(_slider(self.frames, ipywidgets))
+
+
+def _step_rows(record, node_ids):
+    """(step, "Op [node id]", ["-> NextOp[i]: shape norm", ...]) for every step, in order."""
+    flows = {}
+    for step, _, i, next_fn, grad in record.flows:
+        flows.setdefault(step, []).append(f"-> {type(next_fn).__name__}[{i}]: {_grad_summary(grad)}")
+    accumulated = iter(grad for _, grad in record.accumulations)
+    rows = []
+    for k, fn in enumerate(record.order, 1):
+        ids = ", ".join(node_ids.get(fn, [])[:1])
+        sent = flows.get(k, [])
+        if type(fn).__name__ == "AccumulateGrad":
+            sent = [f"into .grad: {_grad_summary(next(accumulated, None))}"]
+        rows.append((k, f"{type(fn).__name__} [{ids}]" if ids else type(fn).__name__, sent))
+    return rows
+
+
+def _grad_summary(grad):
+    if grad is None:
+        return "None"
+    return f"{describe.shape_text(grad.shape)} norm {describe.number(grad.float().norm().item())}"
 
 
 def _slider(frames, widgets):

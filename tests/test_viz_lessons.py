@@ -1,0 +1,185 @@
+"""Regression tests for issue 15: pictures that never contradict the lesson, and no side effects."""
+
+import time
+
+import pytest
+import torch
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+from autograd_lab import diff, draw
+from autograd_lab._viz import compare, describe
+from autograd_lab._viz.model import Model, Node
+
+
+# -- shared leaves ----------------------------------------------------------------
+def test_fan_in_draws_x_once_like_pytorch_has_one_accumulate_grad():
+    x = torch.tensor(2.0, requires_grad=True)
+    y = x**2 + 3 * x
+    g = draw(y)
+    [leaf] = [n for n in g.nodes if n.kind == "leaf"]
+    assert leaf.name == "x"
+    ops = {n.id: n.op for n in g.nodes}
+    assert sorted(ops[dst] for src, dst in g.edges if src == leaf.id) == ["MulBackward0", "PowBackward0"]
+
+
+def test_leaf_used_past_the_threshold_is_split_with_labels_and_a_legend_line():
+    w = torch.randn(2, requires_grad=True)
+    h = torch.zeros(2)
+    for _ in range(17):
+        h = torch.tanh(h * w)
+    g = draw(h.sum(), legend=True)
+    copies = [n for n in g.nodes if n.kind == "leaf"]
+    assert len(copies) == 17 and copies[1].label.startswith("w (2,), use 2 of 17")
+    assert "one leaf drawn once per use" in g.source
+    assert g.ops().count("AccumulateGrad") == 1
+    assert len([n for n in draw(h.sum(), split_leaves=False).nodes if n.kind == "leaf"]) == 1
+
+
+def test_diff_reports_a_shared_leaf_once():
+    w = torch.randn(3, requires_grad=True)
+    a = draw((w * w).sum() + (w * 2).sum())
+    b = draw((w.detach() * w.detach()).sum())
+    d = diff(a, b)
+    assert [line for line in d.only_in_a if line.startswith("w ")] == [d.only_in_a[-1]]
+    split = diff(draw((w * w).sum() + (w * 2).sum(), split_leaves=True), b)
+    assert sum(line.startswith("w ") for line in split.only_in_a) == 1
+
+
+def _chain(n):
+    nodes = [Node(f"n{i}", "op", "AddBackward0", None, f"op{i}", shape=(i,)) for i in range(n)]
+    return Model(nodes=nodes, edges=[(f"n{i + 1}", f"n{i}") for i in range(n - 1)])
+
+
+def test_diff_is_linear_in_graph_size():
+    def cost(n):
+        start = time.process_time()
+        compare.diff_models(_chain(n), _chain(n))
+        return time.process_time() - start
+    cost(500)
+    small, large = cost(2000), cost(8000)
+    assert large < 12 * max(small, 1e-3)   # quadratic would be 16x; linear about 4x
+
+
+# -- no side effects --------------------------------------------------------------
+class Counted(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin, self.bn, self.calls = nn.Linear(4, 4), nn.BatchNorm1d(4), 0
+
+    def forward(self, x):
+        self.calls += 1
+        return torch.nn.functional.dropout(self.bn(self.lin(x)).relu(), 0.5, training=True)
+
+
+OLD_TORCH = pytest.mark.skipif(
+    not describe.can_tell_hooks(),
+    reason="this torch's SavedTensor has no unpack_hook, so draw cannot tell a checkpointed tensor")
+
+
+@pytest.mark.parametrize("reentrant", [pytest.param(False, marks=OLD_TORCH), True])
+def test_drawing_a_checkpointed_model_changes_nothing(reentrant):
+    def run(draw_it):
+        torch.manual_seed(0)
+        block = Counted()
+        x = torch.randn(8, 4, requires_grad=True)
+        loss = checkpoint(block, x, use_reentrant=reentrant).square().sum()
+        state = (block.calls, int(block.bn.num_batches_tracked), block.bn.running_mean.clone(),
+                 torch.get_rng_state())
+        if draw_it:
+            g = draw(loss)
+            g.source, g.stale(), g.freed()
+            after = (block.calls, int(block.bn.num_batches_tracked), block.bn.running_mean.clone(),
+                     torch.get_rng_state())
+            assert after[:2] == state[:2] == (1, 1)
+            assert torch.equal(after[2], state[2]) and torch.equal(after[3], state[3])
+        loss.backward()
+        return block.lin.weight.grad.clone(), x.grad.clone(), block.calls
+
+    drawn, plain = run(True), run(False)
+    assert torch.equal(drawn[0], plain[0]) and torch.equal(drawn[1], plain[1])
+    assert drawn[2] == plain[2]
+
+
+def test_an_unpack_hook_that_raises_makes_the_tensor_unreadable_not_a_crash():
+    x = torch.randn(3, requires_grad=True)
+
+    def unpack(_):
+        raise ValueError("offloaded to a disk that is gone")
+
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, unpack):
+        y = (x.sin() * 2).sum()
+    g = draw(y)
+    assert "SinBackward0" in g.ops()
+    if describe.can_tell_hooks():
+        assert any("not read" in note for note in g.notes)
+    shown = draw(y, show_saved=True)
+    assert any("unreadable" in note and "ValueError" in note for note in shown.notes)
+    assert "SinBackward0" in shown.ops()
+
+
+# -- honest inputs ------------------------------------------------------------------
+def test_jagged_nested_tensor_is_described_without_crashing():
+    nt = torch.nested.nested_tensor([torch.randn(2, 3), torch.randn(4, 3)], layout=torch.jagged,
+                                    requires_grad=True)
+    g = draw((nt * 2).values().sum())
+    assert g.ops()[0] == "SumBackward0"
+    assert describe.shape_text(nt.shape).startswith("(2, j")
+
+
+def test_vmap_note_does_not_ask_for_requires_grad():
+    notes = []
+
+    def f(row):
+        notes.extend(draw(row * 2).notes)
+        return row
+
+    torch.func.vmap(f)(torch.randn(3, 2))
+    assert notes and "vmap" in notes[0] and "requires_grad=True" not in notes[0]
+
+
+def test_one_node_is_singular():
+    w = torch.randn(2, requires_grad=True)
+    loss = (w * 2).sum()
+    g = draw(loss, max_nodes=4)   # loss, Sum, Mul, w; the constant 2 is left out
+    assert "+1 more node\n" in [n for n in g.nodes if n.kind == "summary"][0].label
+    assert "the other one is summarised" in g.notes[-1]
+
+
+# -- both themes -----------------------------------------------------------------
+def test_background_is_transparent_and_every_node_is_filled():
+    w = torch.randn(2, requires_grad=True)
+    y = w * torch.tensor([1.0, 2.0])
+    y.sum().backward(retain_graph=False)
+    source = draw(y, legend=True).source
+    assert 'bgcolor="transparent"' in source
+    node_lines = [line for line in source.splitlines() if "[label=" in line and "->" not in line]
+    assert node_lines and all("filled" in line for line in node_lines)
+
+
+# -- trace_backward in a notebook ------------------------------------------------
+def _long_trace():
+    from autograd_lab import trace_backward
+    w = torch.tensor([1.0, 2.0], requires_grad=True)
+    h = w
+    for _ in range(6):
+        h = torch.tanh(h * w)
+    return trace_backward(h.sum())
+
+
+def test_static_fallback_shows_a_few_key_frames_and_a_table_of_every_step():
+    trace = _long_trace()
+    steps = len(trace.order)
+    assert steps > 10
+    page = trace._repr_mimebundle_()["text/html"]
+    assert page.count("<svg") == 3 and page.count("<tr>") == steps + 1
+    assert "TanhBackward0" in page and "norm" in page and "into .grad: (2,) norm" in page
+
+
+def test_slider_covers_every_step_when_ipywidgets_is_installed():
+    widgets = pytest.importorskip("ipywidgets")   # pinned in requirements/course.txt
+    from autograd_lab._viz.trace import _slider
+    trace = _long_trace()
+    box = _slider(trace.frames, widgets)
+    slider = box.children[0]
+    assert (slider.min, slider.max) == (1, len(trace.order))
