@@ -4,14 +4,19 @@ Self-learners who only want to read get the labs with their outputs, as they ran
 on the build machine, without installing anything.  A notebook that fails to execute
 is still written (with its error visible) and makes the exit status non-zero.
 
-Why nbconvert and not Jupyter Book / MyST: we tried ``mystmd`` (npm; it is also the
-engine of Jupyter Book 2).  Its ``myst build --html`` fetches its theme from
-api.mystmd.org at build time, so the site cannot be built offline, and it would add
-Node.js to a Python course's set-up.  nbconvert is already in the course environment,
-renders outputs exactly as JupyterLab does (its ``lab`` template uses JupyterLab's CSS),
-and with a small template (``site_template/``) gives the navigation.  MathJax comes
-from the ``jupyter-server-mathjax`` wheel and is copied next to the pages, so formulas
-render with no network; nothing on a page is loaded from elsewhere.
+Why nbconvert and not Jupyter Book / MyST (both tried on the course's notebooks):
+
+- ``mystmd`` 1.8.3 (npm; the engine of Jupyter Book 2): ``myst build --html`` fetches its
+  theme from api.mystmd.org at build time, so the site cannot be built offline, and it
+  would add Node.js to a Python course's set-up.
+- Jupyter Book 1.0.4 (PyPI, Sphinx): builds offline with a sidebar and search, but it is
+  the superseded line, brings about 90 packages into the course environment, and still
+  loads MathJax from a CDN unless bundled, as here.
+- nbconvert is already in the course environment and renders outputs exactly as
+  JupyterLab does (its ``lab`` template uses JupyterLab's CSS); a small template
+  (``site_template/``) adds the navigation.  MathJax comes from the
+  ``jupyter-server-mathjax`` wheel and is copied next to the pages, so formulas render
+  with no network; nothing on a page is loaded from elsewhere.
 
 Exercise cells run unanswered, so they show the prompt and the "not attempted"
 feedback, never a solution.  Every output, timings included, is measured at build
