@@ -1,4 +1,4 @@
-"""A scalar reverse-mode autograd engine in about thirty lines (after micrograd).
+"""A complete scalar reverse-mode autograd engine, small enough to read at once (after micrograd).
 
 Notebook 01 shows this code to the student and checks its gradients against
 PyTorch's: the same idea, a recorded graph walked backwards in topological
