@@ -10,6 +10,8 @@
 The grader calls ``build`` once per batch and puts the result on its kernels' path.
 """
 
+import ast
+import inspect
 import io
 import secrets
 import shutil
@@ -26,7 +28,7 @@ from ._checking.records import readable_grad
 PACKAGE = Path(__file__).resolve().parent
 NOTEBOOKS = PACKAGE.parent / "notebooks"
 _DROPPED_FIELDS = {"reference", "inputs", "public_seeds", "hidden_seeds", "misconceptions",
-                   "wrong_answers", "solution_code", "setup", "module", "experiment"}
+                   "wrong_answers", "solution_code", "setup", "module", "experiment", "method"}
 _PLAIN = (str, int, float, bool, type(None))
 
 
@@ -86,7 +88,52 @@ def public_spec(exercise, salt):
         "records": {int(seed): record for seed, record in records.items()},
         "inputs": _public_inputs(exercise) if exercise.kind == "function" else None,
         "misconceptions": [_misconception_data(exercise, m, salt) for m in exercise.misconceptions],
+        "methods": [method_data(exercise.id, m) for m in getattr(exercise, "method", ())],
     }
+
+
+def method_data(exercise_id, method):
+    """A ``Method`` as data: its factory in ``_checking/methods.py`` and arguments, or its one-line lambda.
+
+    ``holds`` is a predicate on recorded facts (backward passes, silent writes), not
+    on the reference, so its text reveals nothing; a lambda that reads any global or
+    closure is refused, since text alone could not bring those back.
+    """
+    from ._checking import methods
+
+    holds = method.holds
+    fields_ = {"name": method.name, "message": method.message, "tag": method.tag, "sizes": method.sizes}
+    factory = holds.__qualname__.split(".<locals>.")[0]
+    if ".<locals>." in holds.__qualname__ and hasattr(methods, factory):
+        kwargs = dict(zip(holds.__code__.co_freevars, (c.cell_contents for c in holds.__closure__ or ())))
+        try:
+            rebuilt = getattr(methods, factory)(**kwargs)
+        except TypeError:
+            rebuilt = None
+        if rebuilt is not None and all(getattr(rebuilt, k) == v for k, v in fields_.items()):
+            return {"factory": factory, "kwargs": kwargs}
+    text = _lambda_text(holds)
+    if text is None or holds.__code__.co_names or holds.__code__.co_freevars:
+        raise ValueError(f"{exercise_id}: the release cannot carry the method {method.name!r}: write its "
+                         "predicate as a one-line lambda on `facts` only, or use a factory of _checking/methods.py.")
+    return {"lambda": text, **fields_}
+
+
+def _lambda_text(function):
+    """The source text of a lambda (the longest piece of its lines that parses as one)."""
+    try:
+        source = inspect.getsource(function)
+    except (OSError, TypeError):
+        return None
+    start = source.find("lambda")
+    for end in range(len(source), start, -1):
+        try:
+            tree = ast.parse(source[start:end].strip(), mode="eval")
+        except SyntaxError:
+            continue
+        if isinstance(tree.body, ast.Lambda):
+            return source[start:end].strip()
+    return None
 
 
 def _is_plain(value):

@@ -213,6 +213,8 @@ def build_exercise(spec):
         else:
             detect = fingerprint_detector(kind, tuple(meta["compare"]), tolerance, item["prints"])
         misconceptions.append(Misconception(item["tag"], item["message"], detect))
+    if spec.get("methods"):
+        meta["method"] = tuple(method_from(item) for item in spec["methods"])
     inputs = _inputs_from(spec.get("inputs"), exercise_id) if kind == "function" else None
     if kind == "value":
         meta["solution_code"] = f"{meta['answer_name']} = ...  # solutions are not part of this build"
@@ -237,6 +239,17 @@ def with_inputs(exercise, inputs_by_seed, hidden_seeds=()):
     hidden = tuple(int(seed) for seed in hidden_seeds)
     return replace(exercise, inputs=lambda seed, is_hidden: inputs_by_seed[seed],
                    public_seeds=tuple(s for s in seeds if s not in hidden), hidden_seeds=hidden)
+
+
+def method_from(item):
+    """A ``Method`` back from ``release.method_data``."""
+    from . import methods
+
+    if "factory" in item:
+        return getattr(methods, item["factory"])(**item["kwargs"])
+    holds = eval(item["lambda"], {"__builtins__": {}})  # our own release's text: a lambda on facts only
+    return methods.Method(name=item["name"], holds=holds, message=item["message"], tag=item["tag"],
+                          sizes=item["sizes"])
 
 
 def _no_reference(exercise_id):
