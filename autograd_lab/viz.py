@@ -24,11 +24,12 @@ import torch
 from ._viz import compare, layout, modules, names as naming, tensor_view
 from ._viz.dot import to_dot
 from ._viz.model import Node
+from ._viz.recorder import record_modules
 from ._viz.text import to_text
 from ._viz.trace import Trace, record_backward
 from ._viz.walk import Options, truncate, walk
 
-__all__ = ["draw", "trace_backward", "diff", "Graph", "Trace", "Node", "LayoutError"]
+__all__ = ["draw", "trace_backward", "diff", "record_modules", "Graph", "Trace", "Node", "LayoutError"]
 
 LayoutError = layout.LayoutError
 VIEWS = ("grad_fn", "tensor")
@@ -145,7 +146,12 @@ def draw(*roots, params=None, view="grad_fn", show_saved=False, show_attrs=False
     ``show_saved`` / ``show_attrs``: saved tensors and op attributes.
     ``max_nodes``: draw at most this many nodes and summarise the rest.
     ``group_modules``: an ``nn.Module`` whose submodules become clusters; ``depth``
-    collapses each module at that depth (1 = top-level children) into one box.
+    collapses each module call at that depth (1 = top-level children) into one box.
+    Run the forward under ``with record_modules(model):`` and every op, ReLUs and
+    residual adds included, is drawn in the innermost module call that ran it (each
+    call of a module is its own box, so a collapsed graph has no cycles); without
+    the recording, ops are placed by the parameters they read, which leaves
+    parameter-free ops outside their blocks.
     ``strip_suffix``: write ``Mul`` instead of ``MulBackward0``.  ``legend``: explain
     colours and shapes.  ``split_leaves``: a leaf used several times is one node
     with one edge per use, as PyTorch has one ``AccumulateGrad`` for it; by default
@@ -226,8 +232,11 @@ def _walk_roots(roots, *, params, view, show_saved, show_attrs, group_modules, d
 
 
 def _finish_model(model, view, group_modules, depth, max_nodes):
-    if group_modules is not None:
+    if model.recorded_modules:
+        model = modules.place_leaves(model)
+    elif group_modules is not None:
         model = modules.assign_ops(model, group_modules)
+    if group_modules is not None:
         if depth is not None:
             model = modules.collapse(model, depth)
     if view == "tensor":

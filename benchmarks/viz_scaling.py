@@ -20,6 +20,19 @@ torchviz runs in a subprocess killed after 60 s and is then reported as
 (or set PEER_SITE), and it is reported as "not installed" when absent.
 
 Run:  .venv/bin/python benchmarks/viz_scaling.py [--steps 10 30 50 100 300 1000] [--cap 60]
+
+Real models (``--models``): torchvision's resnet18, a 2-layer GPT-2 built from a
+config (transformers, no weights downloaded) and the RNN at T=10 and T=20, each drawn
+to SVG by ``draw`` and by torchviz's ``make_dot(...).pipe("svg")`` in this one
+process, alternating, on the same graph.  Reported is CPU time (this process plus
+the ``dot`` children, from ``resource.getrusage``), not wall time, because the
+machine is shared.  torchvision from PyPI does not import beside the course's
+pinned torch, so this mode needs its own venv outside the clone::
+
+    python3 -m venv ~/.cache/autograd-lab/venvs/bench-viz
+    ~/.cache/autograd-lab/venvs/bench-viz/bin/pip install torch==2.14.1 torchvision==0.29.1 torchviz transformers
+    ~/.cache/autograd-lab/venvs/bench-viz/bin/pip install --no-deps -e .
+    ~/.cache/autograd-lab/venvs/bench-viz/bin/python benchmarks/viz_scaling.py --models
 """
 
 import argparse
@@ -161,14 +174,59 @@ def machine():
             f"torch {torch.__version__}, {dot}, Python {platform.python_version()}")
 
 
+def real_models():
+    """(name, loss, named parameters) for each real model of ``--models``."""
+    import torchvision
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(0)
+    resnet = torchvision.models.resnet18(num_classes=10)
+    yield "resnet18 (1x3x64x64)", resnet(torch.randn(1, 3, 64, 64)).sum(), dict(resnet.named_parameters())
+    config = GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=1000, n_positions=64,
+                        bos_token_id=0, eos_token_id=0)
+    gpt2 = GPT2LMHeadModel(config)
+    tokens = torch.randint(0, 1000, (1, 16))
+    yield "GPT-2, 2 layers, n_embd 64 (1x16 tokens)", gpt2(tokens, labels=tokens).loss, dict(gpt2.named_parameters())
+    for steps in (10, 20):
+        loss, params = rnn_loss(steps)
+        yield f"RNN, T={steps}", loss, params
+
+
+def cpu_of(render):
+    start = cpu_seconds()
+    render()
+    return cpu_seconds() - start
+
+
+def compare_models(runs):
+    from torchviz import make_dot
+    print("| model | grad_fn nodes | ours: nodes drawn | ours: draw+SVG CPU (min / median) "
+          "| torchviz: draw+SVG CPU (min / median) | speed-up (min) |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, loss, params in real_models():
+        ours, peer = [], []
+        for _ in range(runs):   # alternate, so that load on the shared machine hits both alike
+            ours.append(cpu_of(lambda: draw(loss, params=params).svg()))
+            peer.append(cpu_of(lambda: make_dot(loss, params=params).pipe(format="svg")))
+        graph = draw(loss, params=params)
+        ours.sort(), peer.sort()
+        print(f"| {name} | {len(graph.ops())} | {len(graph.nodes)} | {ours[0]:.3f} s / {ours[runs // 2]:.3f} s "
+              f"| {peer[0]:.3f} s / {peer[runs // 2]:.3f} s | {peer[0] / ours[0]:.1f}x |", flush=True)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", action="store_true",
+                        help="resnet18, GPT-2 and the RNN against torchviz (needs the bench-viz venv)")
     parser.add_argument("--steps", type=int, nargs="+", default=list(STEPS))
     parser.add_argument("--cap", type=float, default=60.0, help="seconds before a run is killed")
     parser.add_argument("--runs", type=int, default=3, help="runs of ours per T (best is reported)")
     args = parser.parse_args(argv)
 
     print(f"Measured {datetime.date.today().isoformat()} on {machine()}.\n")
+    if args.models:
+        compare_models(max(args.runs, 5))
+        print(f"\nLoad average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}.")
+        return
     print("SVG columns: wall-clock / CPU time.\n")
     print("| T | nodes drawn (default) | ours: traverse | ours: SVG | ours: SVG, every node "
           "| torchviz: traverse | torchviz + dot: SVG | SVG speed-up (wall) |")

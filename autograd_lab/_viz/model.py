@@ -52,6 +52,7 @@ class Model:
     stale_ops: list = field(default_factory=list)
     freed_ops: list = field(default_factory=list)
     grad_fns: list = field(default_factory=list)      # class name of each distinct grad_fn, traversal order
+    recorded_modules: bool = False                    # op clusters come from record_modules()
 
     def node(self, node_id):
         return self.by_id()[node_id]
@@ -79,4 +80,5 @@ class Model:
             stale_ops=list(self.stale_ops),
             freed_ops=list(self.freed_ops),
             grad_fns=list(self.grad_fns),
+            recorded_modules=self.recorded_modules,
         )

@@ -1,6 +1,10 @@
 """Group nodes by ``nn.Module`` (graphviz clusters) and collapse modules to a depth.
 
-The autograd graph does not record which module made an op, so ops are placed by
+When the forward ran under ``record_modules(model)`` every op already carries the
+module call that made it (see ``recorder``); ``place_leaves`` then puts each
+parameter with the ops that use it (a tied weight used in two modules sits in
+their common ancestor, where both uses are drawn).  Without the recording, the
+autograd graph does not say which module made an op, so ops are guessed from
 the parameters they read: a leaf belongs to the module that owns the parameter;
 an op whose inputs are only parameters (``TBackward0`` of a weight) goes with them;
 any other op goes to the deepest module shared by the parameters it reads
@@ -46,6 +50,19 @@ def _inputs_first(model):
             if waiting[consumer] == 0:
                 ready.append(consumer)
     return order, inputs
+
+
+def place_leaves(model):
+    """A recorded model: each leaf goes to the deepest cluster shared by the ops that use it."""
+    out = model.copy()
+    nodes = out.by_id()
+    consumers = {}
+    for src, dst in out.edges:
+        consumers.setdefault(src, []).append(nodes[dst].cluster)
+    for node in out.nodes:
+        if node.kind == "leaf" and node.id in consumers:
+            node.cluster = _common_prefix(consumers[node.id])
+    return out
 
 
 def assign_ops(model, module):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from . import describe
+from . import describe, recorder
 from .model import Model, Node
 
 HOOKED_NOTE = ("Saved tensors with unpack hooks (activation checkpointing, offloading) were not read: "
@@ -139,6 +139,17 @@ class _Walker:
                              value=value)
 
     def op_node(self, fn):
+        node = self.labelled_op_node(fn)
+        tag = recorder.recorded_path(fn)
+        if tag is not None:   # record_modules(model) saw which module call made it
+            node.cluster, titles = tag
+            self.model.recorded_modules = True
+            for depth in range(1, len(node.cluster) + 1):
+                path = node.cluster[:depth]
+                self.model.cluster_labels.setdefault(path, titles.get(path, ".".join(path)))
+        return node
+
+    def labelled_op_node(self, fn):
         if self.past_limit() and not self.options.show_saved:
             # Never drawn (max_nodes): only its state, so g.stale() still covers the whole graph.
             node = self.new_node("op", type(fn).__name__, op=type(fn).__name__)
