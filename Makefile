@@ -18,7 +18,7 @@ NBVAL := $(BIN)/python -m pytest -p no:cacheprovider --nbval-lax --nbval-current
 test test-package test-notebooks test-solved test-browser site: export OMP_NUM_THREADS = 1
 
 setup: $(STAMP)
-	@scripts/ensure-dot
+	@scripts/ensure-system-packages dot bwrap
 
 # Reinstall only when the dependency files change.
 $(STAMP): pyproject.toml requirements/course.txt

@@ -49,9 +49,11 @@ def build_parser():
     grade.add_argument("--cell-timeout", type=float, default=60, help="seconds per notebook cell (default 60)")
     grade.add_argument("--no-progress", action="store_true", help="do not draw the progress bar")
     grade.add_argument("--notebook", action="append", metavar="NN",
-                       help="grade the exercises of notebook NN (repeatable; default: the notebooks marked in the submissions)")
+                       help="grade the exercises of notebook NN (repeatable; required without --assignment)")
     grade.add_argument("--check-timeout", type=float, default=10, help="seconds per call of a student's answer (default 10)")
-    grade.add_argument("--memory-mb", type=int, default=2048, help="address-space limit of each kernel in MiB (default 2048)")
+    grade.add_argument("--memory-mb", type=int, default=2048, help="resident memory of each submission's sandbox, all its processes together, in MiB (default 2048)")
+    grade.add_argument("--allow-unsandboxed", action="store_true",
+                       help="grade even where the bubblewrap sandbox cannot run (unsafe: a submission can then change other students' grades)")
     grade.add_argument("--submission-timeout", type=float, default=900,
                        help="wall-clock seconds for one whole submission before it is stopped (default 900)")
     grade.add_argument("--kernel-python", metavar="PATH",

@@ -12,7 +12,7 @@ import torch
 
 from .facts import watch
 from .hermetic import TimedOut, deadline, isolated
-from .records import clean_text, encode
+from .records import clean_text, encode, unique_capped
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _COTANGENT_SEED_OFFSET = 1_000_003
@@ -37,12 +37,12 @@ def observe(exercise, answer, seed, *, timeout=None):
     record["inputs"] = [encode(arg) for arg in args]
     with isolated(seed) as sandbox:
         _run_function(record, exercise, answer, args, seed, timeout)
-    record["warnings"] = sandbox.warnings
+    record["warnings"] = unique_capped(sandbox.warnings)   # linear: a flood of warnings costs one pass
     record["grad_mode_after"] = sandbox.grad_enabled_after
     if exercise.gradcheck and record["status"] == "ok":
         with isolated(seed) as sandbox:
             record["gradcheck"] = _gradcheck(exercise, answer, seed, hidden, timeout)
-        record["warnings"] += [w for w in sandbox.warnings if w not in record["warnings"]]
+        record["warnings"] = unique_capped(record["warnings"] + sandbox.warnings)
     return record
 
 

@@ -169,3 +169,53 @@ def describe(record):
     if isinstance(record, float) and not math.isfinite(record):
         return "float"
     return type(record).__name__
+
+
+MAX_WARNINGS = 20
+
+
+def unique_capped(texts, limit=MAX_WARNINGS):
+    """The first ``limit`` distinct texts, in order, in linear time (40k warnings cost one pass)."""
+    unique = {}
+    for text in texts:
+        if len(unique) >= limit:
+            break
+        unique.setdefault(text, None)
+    return list(unique)
+
+
+class TooLarge(ValueError):
+    """A decoded record is deeper or larger than any record an answer can honestly make."""
+
+
+def check_bounded(value, max_nodes=200_000, max_depth=40, max_elements=50_000_000):
+    """Walk ``value`` once, counting every visit (shared references too), and raise ``TooLarge``.
+
+    A self-referencing pickle decodes to a small object that is exponentially large
+    when walked; the judge walks it, so this walk, with a budget, comes first.
+    """
+    nodes, elements, stack = 0, 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        nodes += 1
+        if nodes > max_nodes:
+            raise TooLarge(f"more than {max_nodes} values")
+        if depth > max_depth:
+            raise TooLarge(f"nested deeper than {max_depth}")
+        if isinstance(item, torch.Tensor):
+            elements += item.numel()
+            if elements > max_elements:
+                raise TooLarge(f"more than {max_elements} tensor elements")
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, (str, int)):
+                    raise TooLarge(f"a key of type {type(key).__name__}")
+                stack.append((child, depth + 1))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((child, depth + 1) for child in item)
+        elif isinstance(item, str) and len(item) > 100_000:
+            raise TooLarge("a text longer than 100000 characters")
+        elif isinstance(item, int) and not isinstance(item, bool) and abs(item) > 1 << 63:
+            raise TooLarge("an integer out of range")
+        elif item is not None and not isinstance(item, (str, int, float, bool)):
+            raise TooLarge(f"a value of type {type(item).__name__}")

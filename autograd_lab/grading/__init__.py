@@ -1,12 +1,12 @@
 """``autograd-lab grade``: grade student notebooks in batch, without trusting them.
 
-Each submission runs in a fresh, limited kernel on a private copy; the grader
+Each submission runs in a fresh kernel in a bubblewrap sandbox on a private copy; the grader
 then calls the student's answers itself on public and hidden inputs, loads what
 came back as plain data, and judges it against the reference in its own
 process.  See ``docs/grading.md`` for the instructor's guide.
 
-Modules, one idea each: ``submissions`` (finding and reading files), ``sandbox``
-and ``launcher`` (the kernel's limits and user), ``kernel`` (driving one kernel),
+Modules, one idea each: ``submissions`` (finding and reading files), ``sandbox``,
+``launcher`` and ``watchdog`` (the kernel's sandbox and limits), ``kernel`` (driving one kernel),
 ``execute`` and ``harvest`` (running a notebook, collecting answers), ``worker``
 (one submission in its own process), ``scoring`` (judging), ``reports`` (files
 written), ``progress`` (the bar), ``batch`` (all of it, in parallel).
@@ -28,6 +28,7 @@ def main(args):
         check_timeout=args.check_timeout, submission_timeout=args.submission_timeout,
         notebooks=tuple(args.notebook or ()), memory_mb=args.memory_mb,
         kernel_python=args.kernel_python or sys.executable,
+        allow_unsandboxed=getattr(args, "allow_unsandboxed", False),
     )
     if options.jobs < 1 or options.cell_timeout <= 0:
         print("autograd-lab grade: --jobs must be at least 1 and --cell-timeout positive.", file=sys.stderr)
@@ -56,7 +57,8 @@ def _grade_assignment(args, options):
         grader = gradebook.batch_grader(jobs=options.jobs, cell_timeout=options.cell_timeout,
                                         check_timeout=options.check_timeout, memory_mb=options.memory_mb,
                                         submission_timeout=options.submission_timeout,
-                                        kernel_python=options.kernel_python)
+                                        kernel_python=options.kernel_python,
+                                        allow_unsandboxed=options.allow_unsandboxed)
         rows = gradebook.grade_assignment(plan, args.submissions[0], args.out, students=args.student,
                                           exercise_ids=args.exercise, grade=grader)
     except UsageError as error:

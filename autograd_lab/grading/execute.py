@@ -7,9 +7,9 @@ the memory limit) or ignores the interrupt is skipped, and the notebook is run
 again from the top in a fresh kernel without it, so the student keeps the
 credit for everything else.  At most ``max_kernels`` kernels are started.
 
-Answers are found by name, never by position: after each cell that defines an
-exercise's ``answer_name`` at top level, the kernel keeps a snapshot of it
-(``harvest.snapshot``), and after the last cell the grader asks for the records
+Answers are found by name, never by position, in the kernel's namespace: after
+each cell, the kernel keeps a snapshot of every answer name whose object changed
+(``harvest.snapshot``), exactly what a top-to-bottom run would have then, and after the last cell the grader asks for the records
 of every exercise (``harvest.emit``), one request per exercise.
 """
 
@@ -35,7 +35,10 @@ class Execution:
 
 
 def defined_names(source):
-    """Names a cell binds at top level: ``def``, ``class``, assignments and imports."""
+    """Names a cell binds at top level: ``def``, ``class``, assignments and imports.
+
+    Only for feedback ("did you rename it?"); the graded value comes from the namespace.
+    """
     if source.lstrip().startswith("%%"):
         return set()  # a cell magic: not Python
     # Line magics and shell escapes are not Python either; blank them out, keep the rest.
@@ -62,11 +65,14 @@ def code_cells(notebook):
             if cell.cell_type == "code" and cell.source.strip()]
 
 
-def execute_submission(cells, plan, open_kernel, cell_timeout, check_timeout, max_kernels=4):
+def execute_submission(cells, plan, open_kernel, cell_timeout, check_timeout, max_kernels=4,
+                       write_inputs=None):
     """Run the code ``cells`` (``code_cells(notebook)``) and return an ``Execution``.
 
     ``plan``: dicts with ``id``, ``answer_name`` and ``seeds`` per exercise.
     ``open_kernel()``: a context manager yielding a fresh ``SandboxedKernel``.
+    ``write_inputs(exercise_id)``: writes the exercise's inputs where the kernel can
+    read them and returns that path (None: the kernel makes them itself).
     """
     execution = Execution()
     answer_names = {item["answer_name"] for item in plan}
@@ -76,7 +82,7 @@ def execute_submission(cells, plan, open_kernel, cell_timeout, check_timeout, ma
         with open_kernel() as kernel:
             _preload(kernel)
             fatal = _run_cells(kernel, cells, skipped, answer_names, cell_timeout, execution)
-            if fatal is None and _harvest(kernel, plan, check_timeout, execution):
+            if fatal is None and _harvest(kernel, plan, check_timeout, execution, write_inputs):
                 return execution
         if fatal is not None:
             index, status = fatal
@@ -105,6 +111,7 @@ def _fatal_event(index, status):
 def _run_cells(kernel, cells, skipped, answer_names, timeout, execution):
     """Run every cell not skipped; the ``(index, status)`` of a fatal one, else None."""
     execution.cells = []
+    names = sorted(answer_names)
     for index, source in cells:
         if index in skipped:
             execution.cells.append({"cell": index, "status": f"skipped ({skipped[index]})"})
@@ -114,20 +121,27 @@ def _run_cells(kernel, cells, skipped, answer_names, timeout, execution):
                                 "output": run.text, "output_truncated": run.truncated})
         if run.status in FATAL:
             return index, run.status
-        names = sorted(defined_names(source) & answer_names)
-        if names:
-            snap = kernel.run(f"{_HARVEST_MODULE}.snapshot({names!r})", _SNAPSHOT_TIMEOUT, store_history=False)
-            if snap.status in FATAL:
-                return index, snap.status
+        # After every cell, as a top-to-bottom run would see it: answers made inside an
+        # ``if``, a ``try`` or ``exec`` count, and a cell that timed out keeps what came before.
+        snap = kernel.run(f"{_HARVEST_MODULE}.snapshot({names!r})", _SNAPSHOT_TIMEOUT, store_history=False)
+        if snap.status in FATAL:
+            return index, snap.status
     return None
 
 
-def _harvest(kernel, plan, check_timeout, execution):
+def _harvest(kernel, plan, check_timeout, execution, write_inputs=None):
     """Ask for each exercise's records; False when an answer took the kernel down (re-run needed)."""
     for item in plan:
         if item["id"] in execution.records or item["id"] in execution.failures:
             continue
-        code = f"{_HARVEST_MODULE}.emit({item['id']!r}, {list(item['seeds'])!r}, {check_timeout!r})"
+        try:
+            inputs = write_inputs(item["id"]) if write_inputs else None
+        except Exception as error:  # an input made by code that only the grader has
+            execution.failures[item["id"]] = (f"its inputs cannot be sent into the sandbox "
+                                              f"({type(error).__name__}); grade it with --allow-unsandboxed")
+            continue
+        code = (f"{_HARVEST_MODULE}.emit({item['id']!r}, {list(item['seeds'])!r}, {check_timeout!r}, "
+                f"{inputs!r}, {list(item.get('hidden_seeds', ()))!r})")
         budget = _HARVEST_STARTUP + check_timeout * len(item["seeds"])
         run = kernel.run(code, budget, store_history=False)
         if run.status in FATAL:

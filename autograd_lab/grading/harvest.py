@@ -15,10 +15,12 @@ with this module can only change what their own answers appear to return.
 import base64
 import copy
 import io
+import os
 
 MIME = "application/vnd.autograd-lab.records+base64"
 _MISSING = object()
 _snapshots = {}
+_seen = {}
 
 
 def _user_namespace():
@@ -27,15 +29,17 @@ def _user_namespace():
 
 
 def snapshot(names):
-    """Keep the current value of each answer name, right after a cell that defines it.
+    """Keep the value of each answer name whose object changed in the cell just run.
 
-    A later cell that reuses the name (``for needs_grad in ...``) then cannot
-    change the graded answer, but a later cell that defines it again does.
+    Copied at once, so a later in-place change (or a running thread) cannot alter
+    what this cell left; a later cell that binds the name again replaces it, as in
+    a top-to-bottom run.
     """
     namespace = _user_namespace()
     for name in names:
-        if name not in namespace:
+        if name not in namespace or _seen.get(name) is namespace[name]:
             continue
+        _seen[name] = namespace[name]
         try:
             _snapshots[name] = copy.deepcopy(namespace[name])
         except Exception:  # functions, non-leaf tensors: keep the object itself
@@ -55,14 +59,39 @@ def _answer(exercise):
     return answer
 
 
-def emit(exercise_id, seeds, timeout):
-    """Display the saved records ``{seed: observe(...)}`` of the student's answer."""
+def _load_inputs(path):
+    """The grader's ``{seed: args}`` (``.grad`` carried beside, as torch.save drops it)."""
+    import torch
+
+    from autograd_lab._checking.observe import flat_tensors
+
+    saved = torch.load(path, weights_only=False)   # written by the grader, read once, then deleted
+    os.remove(path)
+    inputs = {}
+    for seed, entry in saved.items():
+        for tensor, grad in zip(flat_tensors(entry["args"]), entry["grads"]):
+            if grad is not None:
+                tensor.grad = grad
+        inputs[int(seed)] = entry["args"]
+    return inputs
+
+
+def emit(exercise_id, seeds, timeout, inputs_path=None, hidden_seeds=()):
+    """Display the saved records ``{seed: observe(...)}`` of the student's answer.
+
+    The kernel imports a student build: it knows the exercise's public data but
+    no reference and no hidden seed.  The grader makes every input in its own
+    process and hands them over in ``inputs_path`` just before this call.
+    """
     import torch
     from IPython.display import publish_display_data
 
+    from autograd_lab._checking.public import with_inputs
     from autograd_lab.exercises import get, observe
 
     exercise = get(exercise_id)
+    if inputs_path is not None:
+        exercise = with_inputs(exercise, _load_inputs(inputs_path), hidden_seeds)
     answer = _answer(exercise)
     records, last = {}, None
     for seed in seeds:
@@ -70,7 +99,62 @@ def emit(exercise_id, seeds, timeout):
             last = dict(last, seed=int(seed))  # one endless loop is enough to wait for
         else:
             last = observe(exercise, answer, seed, timeout=timeout)
+            # A verdict is the grader's to make: send what gradcheck measures, not what it concluded.
+            last.pop("gradcheck", None)
+            if exercise.gradcheck and last["status"] == "ok":
+                last["jacobians"] = jacobians(exercise, answer, seed, timeout)
         records[int(seed)] = last
     buffer = io.BytesIO()
     torch.save(records, buffer)
     publish_display_data({MIME: base64.b64encode(buffer.getvalue()).decode("ascii")})
+
+
+def jacobians(exercise, answer, seed, timeout, eps=1e-6):
+    """The analytical and central-difference Jacobians of the answer's first output, in float64.
+
+    What ``torch.autograd.gradcheck`` compares; the grader compares them
+    (``scoring.gradcheck_verdict``), so the kernel never says "passed".
+    """
+    import torch
+
+    from autograd_lab._checking.hermetic import TimedOut, deadline, isolated
+    from autograd_lab._checking.observe import as_callable
+
+    function = as_callable(answer)
+    args = [a.detach().to(torch.float64).requires_grad_(True) if isinstance(a, torch.Tensor) and a.is_floating_point()
+            else a for a in exercise.inputs(seed, exercise.is_hidden(seed))]
+
+    def first_output(*values):
+        out = function(*values)
+        return (out[0] if isinstance(out, (tuple, list)) else out).reshape(-1)
+
+    try:
+        with isolated(seed), deadline(timeout) as timer:
+            analytical, numerical = [], []
+            output = first_output(*args)
+            for index, arg in enumerate(args):
+                if not (isinstance(arg, torch.Tensor) and arg.requires_grad):
+                    continue
+                rows = [torch.autograd.grad(output[k], arg, retain_graph=True, allow_unused=True)[0]
+                        for k in range(output.numel())]
+                analytical.append(torch.stack([torch.zeros_like(arg) if r is None else r for r in rows])
+                                  .reshape(output.numel(), -1).detach())
+                columns = []
+                flat = arg.detach().reshape(-1)
+                for j in range(flat.numel()):
+                    shifted = []
+                    for sign in (1, -1):
+                        moved = flat.clone()
+                        moved[j] += sign * eps
+                        values = list(args)
+                        values[index] = moved.reshape(arg.shape)
+                        with torch.no_grad():
+                            shifted.append(first_output(*values).detach())
+                    columns.append((shifted[0] - shifted[1]) / (2 * eps))
+                numerical.append(torch.stack(columns, dim=1))
+            timer.stop()
+    except TimedOut:
+        return {"error": "gradcheck timed out"}
+    except (Exception, SystemExit) as error:
+        return {"error": f"{type(error).__name__}: {str(error)[:200]}"}
+    return {"analytical": analytical, "numerical": numerical}

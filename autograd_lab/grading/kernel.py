@@ -11,7 +11,8 @@ How a run can end:
   can go on with the next cell;
 * ``unresponsive``: even the interrupt did not bring it back (a loop that
   swallows ``KeyboardInterrupt``);
-* ``dead``: the kernel process ended (``os._exit``, a crash, the memory limit).
+* ``dead``: the kernel process ended (``os._exit``, a crash), or the watchdog
+  killed the sandbox for its memory or process count (``error`` says which).
 
 The last two are fatal: the caller must throw this kernel away.
 """
@@ -25,7 +26,8 @@ import zmq
 from jupyter_client import KernelManager
 from jupyter_client.kernelspec import KernelSpecManager
 
-from .sandbox import KERNEL_NAME, kernel_environment
+from .sandbox import KERNEL_NAME
+from .watchdog import Watchdog
 
 FATAL = ("unresponsive", "dead")
 _INTERRUPT_GRACE = 5.0   # seconds a kernel gets to answer after the interrupt
@@ -54,26 +56,27 @@ class Run:
 class SandboxedKernel:
     """Context manager: a fresh kernel started through the sandbox's launcher in ``home``."""
 
-    def __init__(self, sandbox, spec_folder, home, uid=None, output_limit=100_000, startup_timeout=120,
-                 pgid_log=None):
+    def __init__(self, sandbox, spec_folder, home, output_limit=100_000, startup_timeout=120, pgid_log=None):
         self.sandbox = sandbox
         self.pgid_log = pgid_log
         self.spec_folder = spec_folder
         self.home = home
-        self.uid = uid
         self.output_limit = output_limit
         self.startup_timeout = startup_timeout
 
     def __enter__(self):
-        self.sandbox.write_kernelspec(self.spec_folder, self.uid)
+        self.sandbox.write_kernelspec(self.spec_folder, self.home)
         specs = KernelSpecManager(kernel_dirs=[self.spec_folder], ensure_native_kernel=False)
-        # IPC sockets in the kernel's own folder: no TCP port that any local process could reach.
+        # IPC sockets in the kernel's own folder: the sandbox has no network to reach us over
+        # TCP, and no other local process can reach these.
         self.manager = KernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=specs, transport="ipc",
                                      ip=os.path.join(self.home, ".kernel"))
         # Written by us, so it lives in a folder the kernel cannot write (no symlink tricks).
         self.manager.connection_file = os.path.join(self.spec_folder, "connection.json")
         self.manager.context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
-        self.manager.start_kernel(cwd=self.home, env=kernel_environment(self.home, self.sandbox.python))
+        self.manager.start_kernel(cwd=self.home, env=self.sandbox.environment(self.home))
+        self.watchdog = Watchdog(self.manager.provisioner.process.pid, self.sandbox.memory_mb,
+                                 self.sandbox.max_processes).__enter__()
         if self.pgid_log:
             # The kernel leads its own process group; the batch kills that group even if we die.
             with open(self.pgid_log, "a") as file:
@@ -88,6 +91,7 @@ class SandboxedKernel:
         return self
 
     def __exit__(self, *exc_info):
+        self.watchdog.__exit__(None, None, None)
         self.client.stop_channels() if hasattr(self, "client") else None
         try:
             self.manager.shutdown_kernel(now=True)
@@ -125,6 +129,7 @@ class SandboxedKernel:
                     deadline = min(deadline, time.monotonic() + _IDLE_GRACE)
             if reply is None and not self.alive():
                 run.status = "dead"
+                run.error = f"the sandbox was stopped because {self.watchdog.reason}" if self.watchdog.reason else ""
                 return run
         content = reply["content"]
         if interrupted:

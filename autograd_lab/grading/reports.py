@@ -52,6 +52,8 @@ def _name_renamed_answers(report):
     if not any(g["status"] == "not attempted" for g in report["exercises"]):
         return
     notebook, _ = read_notebook(report["submission"])
+    if notebook is None:   # an undecodable file name is shown escaped, and cannot be reopened by it
+        return
     by_id = {e.id: e for e in exercises.all_exercises()}
     feedback.renamed_answers(report["exercises"], by_id, notebook)
 

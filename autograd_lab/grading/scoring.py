@@ -1,40 +1,53 @@
-"""Turn what came back from a kernel into grades, in the grader's own process.
+"""Turn what came back from a kernel into grades, in the grader's worker process.
 
-The payload is untrusted bytes: it is loaded with ``torch.load(weights_only=True)``
-(plain containers and tensors only, no code runs), its shape is checked, and it
-is judged by ``judge`` against the reference's records computed here.  Anything
-unexpected becomes an ``error`` grade for that exercise, never a crash.
+The payload is untrusted bytes.  Before ``torch.load`` sees them, the archive's
+layout is checked (stored, not compressed; few, small entries; no storage that
+declares more elements than the archive holds bytes).  It is then loaded with
+``torch.load(weights_only=True)`` (plain containers and tensors only, no code
+runs), walked once with a budget (depth, values, tensor elements), checked
+against the shape of the reference's records (the same keys, list lengths and
+kinds), stripped of every verdict the kernel may not give (``gradcheck``), and
+judged by ``judge`` against the reference's records computed here.  Anything
+unexpected, of any exception type, becomes an ``error`` grade for that exercise.
 """
 
 import base64
 import binascii
 import io
-import threading
+import pickletools
+import zipfile
 
 import torch
 
 from autograd_lab import exercises
+from autograd_lab._checking.records import KIND, MAX_WARNINGS, TooLarge, check_bounded
 
-MAX_PAYLOAD_CHARS = 32 << 20
+MAX_PAYLOAD_CHARS = 16 << 20
+MAX_ENTRIES = 10_000
 OBSERVED_STATUSES = ("ok", "not attempted", "error", "timed out")
-# observe() and judge() fork torch's global RNG and grad mode: one exercise at a time.
-_lock = threading.Lock()
+RECORD_KEYS = {"exercise", "seed", "hidden", "status", "error", "output", "inputs", "warnings",
+               "grad_mode_after", "args_after", "input_grads", "grad_error", "facts", "jacobians"}
+# Lists whose length is fixed by the exercise's inputs: a shorter one would compare nothing.
+SAME_LENGTH = ("inputs", "args_after", "input_grads")
+GRADCHECK_TOLERANCE = {"atol": 1e-5, "rtol": 1e-3}   # torch.autograd.gradcheck's defaults
 
 
 def grade_from_payload(exercise, payload, seeds):
     """The grade dict of ``exercise`` from the base64 records ``payload`` sent by the kernel."""
     try:
         records = _decode(payload, seeds)
+        reference = exercises.reference_records(exercise, seeds)
+        for seed in seeds:
+            _check_shape(records[seed], reference[seed])
+            if exercise.gradcheck:
+                records[seed]["gradcheck"] = gradcheck_verdict(records[seed].pop("jacobians", None))
     except ValueError as error:
         return error_grade(exercise, f"the records sent back by the kernel were unusable: {error}")
-    with _lock:
-        reference = exercises.reference_records(exercise, seeds)
-        try:
-            result = exercises.judge(exercise, records, reference)
-        except (KeyError, TypeError, AttributeError, IndexError, ValueError, RuntimeError) as error:
-            return error_grade(exercise, f"the records sent back by the kernel were malformed "
-                                         f"({type(error).__name__})")
-    return result.to_dict()
+    try:
+        return exercises.judge(exercise, records, reference).to_dict()
+    except Exception as error:  # records of a shape the judge did not foresee: this exercise only
+        return error_grade(exercise, f"the records sent back by the kernel were malformed "
+                                     f"({type(error).__name__})")
 
 
 def error_grade(exercise, message):
@@ -45,22 +58,115 @@ def error_grade(exercise, message):
             "hidden_passed": 0, "hidden_total": len(exercise.hidden_seeds)}
 
 
+def gradcheck_verdict(jacobians):
+    """gradcheck's verdict, made here from the analytical and numerical Jacobians the kernel measured."""
+    if not isinstance(jacobians, dict) or jacobians.get("error"):
+        message = jacobians.get("error") if isinstance(jacobians, dict) else "gradcheck did not run"
+        return {"passed": False, "message": str(message)[:300]}
+    pairs = list(zip(jacobians.get("analytical", ()), jacobians.get("numerical", ())))
+    if not pairs or len(pairs) != len(jacobians.get("analytical", ())):
+        return {"passed": False, "message": "gradcheck did not run"}
+    for index, (analytical, numerical) in enumerate(pairs):
+        if not (isinstance(analytical, torch.Tensor) and isinstance(numerical, torch.Tensor)
+                and analytical.shape == numerical.shape):
+            return {"passed": False, "message": "gradcheck: the Jacobians do not match in shape"}
+        if not torch.allclose(analytical.double(), numerical.double(), **GRADCHECK_TOLERANCE):
+            return {"passed": False, "message": f"Jacobian mismatch for output 0 with respect to input {index}"}
+    return {"passed": True, "message": ""}
+
+
 def _decode(payload, seeds):
     if not isinstance(payload, str) or len(payload) > MAX_PAYLOAD_CHARS:
         raise ValueError("missing or larger than the limit")
     try:
         raw = base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("not base64") from None
+    _check_archive(raw)
+    try:
         records = torch.load(io.BytesIO(raw), weights_only=True)
-    except (binascii.Error, ValueError, RuntimeError, EOFError) as error:
-        raise ValueError(f"not a weights-only torch archive ({type(error).__name__})") from None
     except Exception as error:  # weights_only refuses anything that is not plain data
         raise ValueError(f"refused to load ({type(error).__name__})") from None
-    if not isinstance(records, dict) or sorted(records) != sorted(seeds):
+    try:
+        check_bounded(records)
+    except TooLarge as error:
+        raise ValueError(f"too large ({error})") from None
+    if not isinstance(records, dict) or sorted(records, key=repr) != sorted(seeds, key=repr):
         raise ValueError("not one record per requested seed")
     for seed, record in records.items():
-        if not isinstance(record, dict) or record.get("seed") != seed:
+        if not isinstance(record, dict) or type(record.get("seed")) is not int or record["seed"] != seed:
             raise ValueError("a record does not belong to its seed")
         if record.get("status") not in OBSERVED_STATUSES:
             # Only observe() writes a status; "passed" is a verdict the kernel may not claim.
             raise ValueError(f"a record has the status {str(record.get('status'))[:40]!r}")
     return records
+
+
+def _check_archive(raw):
+    """A torch.save zip whose entries are stored, few, and no larger in their claims than in bytes."""
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(raw))
+        entries = archive.infolist()
+    except (zipfile.BadZipFile, ValueError, OSError):
+        raise ValueError("not a torch archive") from None
+    if len(entries) > MAX_ENTRIES:
+        raise ValueError("too many entries")
+    if any(e.compress_type != zipfile.ZIP_STORED or e.file_size > MAX_PAYLOAD_CHARS for e in entries):
+        raise ValueError("a compressed or oversized entry")
+    total = sum(e.file_size for e in entries)
+    pickles = [e for e in entries if e.filename.endswith("data.pkl")]
+    if len(pickles) != 1:
+        raise ValueError("not one data.pkl")
+    if _declared_elements(archive.read(pickles[0])) > total:
+        raise ValueError("a storage declares more elements than the archive holds bytes")
+
+
+def _declared_elements(pickle_bytes):
+    """The element counts of the storages a torch pickle declares, summed, without unpickling it.
+
+    A storage is a persistent id ``('storage', type, key, location, numel)``: the
+    last integer pushed before each ``BINPERSID``.
+    """
+    declared, last_int = 0, 0
+    try:
+        for opcode, argument, _ in pickletools.genops(pickle_bytes):
+            if isinstance(argument, int) and not isinstance(argument, bool):
+                last_int = argument
+            elif opcode.name == "BINPERSID":
+                declared += max(last_int, 0)
+                last_int = 0
+    except Exception:
+        raise ValueError("an unreadable pickle") from None
+    return declared
+
+
+def _check_shape(student, reference):
+    """The student's record has the reference's layout: known keys, same list lengths, same kinds."""
+    unknown = set(student) - RECORD_KEYS
+    if unknown:
+        raise ValueError(f"unexpected fields {sorted(map(str, unknown))[:5]}")
+    warnings = student.get("warnings", [])
+    if not isinstance(warnings, list) or len(warnings) > MAX_WARNINGS or not all(isinstance(w, str) for w in warnings):
+        raise ValueError("the warnings are not a short list of texts")
+    for key in ("error", "grad_error"):
+        if student.get(key) is not None and not isinstance(student[key], str):
+            raise ValueError(f"{key} is not text")
+    if not isinstance(student.get("grad_mode_after", True), bool) or not isinstance(student.get("hidden"), bool):
+        raise ValueError("a flag is not true or false")
+    for key in SAME_LENGTH:
+        if key not in reference or (key != "inputs" and student["status"] != "ok"):
+            continue
+        expected, got = reference[key], student.get(key)
+        if expected is None:
+            continue
+        if not isinstance(got, list) or len(got) != len(expected):
+            raise ValueError(f"{key} does not have one entry per argument")
+        for mine, theirs in zip(got, expected) if key == "inputs" else ():
+            if _kind(mine) != _kind(theirs):
+                raise ValueError(f"{key} holds a {_kind(mine)} where a {_kind(theirs)} belongs")
+
+
+def _kind(value):
+    if isinstance(value, dict):
+        return str(value.get(KIND, "dict"))
+    return "nothing" if value is None else type(value).__name__
