@@ -115,8 +115,9 @@ _BEHAVIOURS = (
         Variant("2.5.0", True, "has CheckpointPolicy and create_selective_checkpoint_contexts"),
     )),
     Behaviour("ddp_forward_sync_buffers", "DDP's forward_sync_buffers parameter", (
-        Variant("0", False, "has only broadcast_buffers to control the buffer broadcast"),
-        Variant("2.13.0", True, "also has forward_sync_buffers"),
+        Variant("0", False, "controls the buffer broadcast at each forward with broadcast_buffers (default True)"),
+        Variant("2.13.0", True, "controls the buffer broadcast at each forward with forward_sync_buffers (on by default), which replaces the "
+                "deprecated broadcast_buffers"),
     )),
     Behaviour("jvp_jit_warning", "a FutureWarning about torch.jit.script on the first torch.func.jvp call", (
         Variant("0", False, "prints no warning on the first torch.func.jvp call"),
