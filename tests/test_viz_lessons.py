@@ -183,3 +183,18 @@ def test_slider_covers_every_step_when_ipywidgets_is_installed():
     box = _slider(trace.frames, widgets)
     slider = box.children[0]
     assert (slider.min, slider.max) == (1, len(trace.order))
+
+
+def test_absent_optional_inputs_draw_nothing_and_a_real_constant_still_shows():
+    x = torch.randn(2, 3, 5, 5, requires_grad=True)
+    for layer in (nn.Conv2d(3, 3, 3, bias=False), nn.BatchNorm2d(3, affine=False),
+                  nn.LayerNorm([5], elementwise_affine=False), nn.GroupNorm(1, 3, affine=False)):
+        g = draw(layer(x).sum())
+        assert not [n for n in g.nodes if n.kind == "constant"], type(layer).__name__
+    weight = torch.randn(3, 3, 3, 3, requires_grad=True)
+    bias = torch.ones(3)   # a real tensor that needs no grad: still drawn
+    g = draw(torch.nn.functional.conv2d(x, weight, bias).sum())
+    assert [n.kind for n in g.nodes].count("constant") == 1
+    image = torch.randn(1, 3, 5, 5)   # the input needs no grad; the bias is None
+    g = draw(torch.nn.functional.conv2d(image, weight).sum())
+    assert [n.name for n in g.nodes if n.kind == "constant"] == ["image"]

@@ -134,7 +134,7 @@ def test_real_resnet18_and_gpt2_collapse_without_cycles():
     torch.manual_seed(0)
     resnet = torchvision.models.resnet18(num_classes=10)
     with record_modules(resnet):
-        loss = resnet(torch.randn(1, 3, 32, 32)).sum()
+        loss = resnet(torch.randn(2, 3, 32, 32)).sum()
     for depth in (1, 2, 3):
         assert acyclic(draw(loss, group_modules=resnet, depth=depth, max_nodes=None))
     config = transformers.GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=50, n_positions=16,

@@ -185,6 +185,32 @@ def _read_saved(fn, name, read_hooked=False):
     return Saved(name, None, value, False, "ok")
 
 
+# Optional inputs (a conv's bias, a norm's weight and bias) that the forward got as
+# None: their slot in next_functions is empty, like a constant's, and the op's saved
+# attributes tell the two apart.  input number -> (saved attribute, values meaning absent).
+_OPTIONAL_INPUTS = {
+    "ConvolutionBackward0": {2: ("bias_sym_sizes_opt", (None, (0,)))},
+    "NativeBatchNormBackward0": {1: ("weight", (None,)), 2: ("weight", (None,))},
+    "NativeLayerNormBackward0": {1: ("weight", (None,)), 2: ("bias", (None,))},
+    "NativeGroupNormBackward0": {1: ("weight", (None,)), 2: ("weight", (None,))},
+}
+
+
+def absent_inputs(fn):
+    """Input numbers of ``fn`` whose optional tensor was None in the forward (nothing to draw)."""
+    absent = set()
+    for i, (attr, empty) in _OPTIONAL_INPUTS.get(type(fn).__name__, {}).items():
+        if fn.next_functions[i][0] is not None or _hooked(fn, attr):
+            continue
+        try:
+            value = getattr(fn, "_saved_" + attr)
+        except Exception:  # noqa: BLE001 - unreadable: draw the input as before
+            continue
+        if value is None or (not isinstance(value, torch.Tensor) and tuple(value) in empty):
+            absent.add(i)
+    return absent
+
+
 def attr_text(value, width=40):
     text = repr(value)
     return text if len(text) <= width else text[: width - 3] + "..."

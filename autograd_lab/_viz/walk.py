@@ -63,6 +63,7 @@ class _Walker:
         self.queue = deque()          # (fn or None, consumer id, input number)
         self.constants = {}           # (consumer id, input number) -> tensor, when known
         self.parents = {}             # node id -> grad_fn whose backward created it
+        self.absent = set()           # (consumer id, input number) of optional inputs given as None
 
     # -- nodes -------------------------------------------------------------
     def new_node(self, kind, label, op=None, name=None, **fields):
@@ -139,7 +140,9 @@ class _Walker:
                              value=value)
 
     def op_node(self, fn):
-        node = self.labelled_op_node(fn)
+        absent = describe.absent_inputs(fn)
+        node = self.labelled_op_node(fn, absent)
+        self.absent.update((node.id, i) for i in absent)
         tag = recorder.recorded_path(fn)
         if tag is not None:   # record_modules(model) saw which module call made it
             node.cluster, titles = tag
@@ -149,7 +152,7 @@ class _Walker:
                 self.model.cluster_labels.setdefault(path, titles.get(path, ".".join(path)))
         return node
 
-    def labelled_op_node(self, fn):
+    def labelled_op_node(self, fn, absent):
         if self.past_limit() and not self.options.show_saved:
             # Never drawn (max_nodes): only its state, so g.stale() still covers the whole graph.
             node = self.new_node("op", type(fn).__name__, op=type(fn).__name__)
@@ -171,7 +174,7 @@ class _Walker:
         if self.options.show_attrs:
             lines += [f"{s.name}={describe.attr_text(s.value)}" for s in saved if not s.is_tensor]
         node.label = "\n".join(line for line in lines if line)
-        self.match_constants(fn, node.id, saved)
+        self.match_constants(fn, node.id, saved, absent)
         if self.options.show_saved:
             self.saved_nodes(node.id, saved)
         parent = fn.metadata.get("parent_") if fn.metadata else None
@@ -219,9 +222,12 @@ class _Walker:
                                  shape=shape, state=s.state)
             self.edge(node.id, op_id, "saved")
 
-    def match_constants(self, fn, op_id, saved):
-        """Pair inputs that need no gradient with the saved tensors that need none, when unambiguous."""
-        missing = [i for i, (nf, _) in enumerate(fn.next_functions) if nf is None]
+    def match_constants(self, fn, op_id, saved, absent=()):
+        """Pair inputs that need no gradient with the saved tensors that need none, when unambiguous.
+
+        An absent optional input (a None bias) is no tensor, so it does not count:
+        otherwise one None bias would leave the real input ``x`` unnamed."""
+        missing = [i for i, (nf, _) in enumerate(fn.next_functions) if nf is None and i not in absent]
         # A bool mask (torch.where) is saved but is never one of the op's inputs.
         plain = [s.tensor for s in saved if s.tensor is not None and not s.tensor.requires_grad
                  and s.tensor.dtype != torch.bool]
@@ -234,6 +240,8 @@ class _Walker:
         op_ids = self.result.op_ids
         while self.queue:
             fn, consumer, input_nr = self.queue.popleft()
+            if fn is None and (consumer, input_nr) in self.absent:
+                continue   # an optional input given as None: nothing flows there
             if fn is None:
                 child = self.constant_node((consumer, input_nr)).id
             elif type(fn).__name__ == "AccumulateGrad":
