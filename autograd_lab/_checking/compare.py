@@ -4,7 +4,10 @@
 (a misconception tag and a message) or ``None`` when they agree.  Metadata is
 reported before values (a wrong shape makes every number wrong), and before
 saying "wrong value" the usual mistakes are recognised: ``none``, ``all_zeros``,
-``doubled``, ``sign_flipped``, ``scaled``.
+``doubled``, ``sign_flipped``, ``scaled``.  Each is named only when the answer has
+that property on every element (within the tolerance): ``doubled`` means
+student = 2 x reference everywhere, not "larger"; ``scaled`` needs at least two
+nonzero expected elements, since a single number is always some multiple of another.
 
 Values agree under ``torch.testing.assert_close``'s rule and per-dtype default
 tolerances.  The torch functions used here are bound when this module is
@@ -48,7 +51,7 @@ MESSAGES = {
     "all_zeros": ("{where} is all zeros, but the expected one is not. Usual causes: it was "
                   "computed under torch.no_grad(), or the gradient was zeroed after backward "
                   "instead of before."),
-    "doubled": ("{where} is exactly twice the expected one. Usual causes: backward ran twice, or "
+    "doubled": ("{where} is twice the expected one, element by element. Usual causes: backward ran twice, or "
                 ".grad was not zeroed between steps (gradients accumulate)."),
     "sign_flipped": ("{where} has the right size but the opposite sign. Usual causes: a sign "
                      "error such as a - b instead of b - a, or a step up the gradient instead of down."),
@@ -254,6 +257,8 @@ def _name_mismatch(s, r, where, rtol, atol):
     for factor, tag in ((2.0, "doubled"), (-1.0, "sign_flipped")):
         if _close(s, r * factor, rtol, atol):
             return Finding(tag, MESSAGES[tag].format(where=label))
+    if int((r != 0).sum()) < 2:  # one number is always some multiple of another: that says nothing
+        return None
     factor = _best_factor(s, r)
     if factor is not None and _close(s, r * factor, max(rtol, 1e-5), atol):
         return Finding("scaled", MESSAGES["scaled"].format(where=label, factor=factor))

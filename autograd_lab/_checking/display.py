@@ -2,7 +2,8 @@
 
 Every repr is built only from the exercise and the comparison, never from time,
 randomness or object addresses, so nbval can compare notebook outputs run to
-run.  The HTML reprs escape everything they show.
+run.  The HTML reprs escape everything they show; feedback text is Markdown, so
+its inline code (between backticks) is shown as code.
 """
 
 import html
@@ -19,10 +20,22 @@ def format_points(value):
     return str(int(value)) if value == int(value) else f"{value:g}"
 
 
+def inline_code_html(text):
+    """``text`` escaped for HTML, with each pair of backticks made a ``<code>`` element.
+
+    An unpaired backtick stays a literal backtick.
+    """
+    pieces = text.split("`")
+    if len(pieces) % 2 == 0:  # an odd number of backticks: the last one has no partner
+        pieces[-2:] = [pieces[-2] + "`" + pieces[-1]]
+    return "".join(f"<code>{html.escape(piece)}</code>" if index % 2 else html.escape(piece)
+                   for index, piece in enumerate(pieces))
+
+
 def _box(status, title, lines, monospace_body=False):
     color = _COLORS.get(status, "#6e7781")
     body = (f"<pre style=\"margin:4px 0 0 0\">{html.escape(chr(10).join(lines))}</pre>" if monospace_body
-            else "".join(f"<li>{html.escape(line)}</li>" for line in lines))
+            else "".join(f"<li>{inline_code_html(line)}</li>" for line in lines))
     wrapper = body if monospace_body or not lines else f"<ul style=\"margin:4px 0 0 0\">{body}</ul>"
     return (f"<div class=\"autograd-lab-box\" style=\"border-left:4px solid {color};"
             f"padding:4px 10px;margin:4px 0\"><strong>{html.escape(title)}</strong>{wrapper}</div>")
