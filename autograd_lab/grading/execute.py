@@ -21,6 +21,7 @@ from .kernel import FATAL
 
 _HARVEST_MODULE = "__import__('autograd_lab.grading.harvest', fromlist=['emit'])"
 _SNAPSHOT_TIMEOUT = 30
+MAX_TOTAL_OUTPUT = 500_000   # characters of printed output kept per submission, all cells together
 _HARVEST_STARTUP = 60   # seconds for the kernel to import the checker before the first seed
 _PRELOAD = "import torch, autograd_lab.exercises as _e; _e.all_exercises(); del _e"
 
@@ -87,7 +88,8 @@ def execute_submission(cells, plan, open_kernel, cell_timeout, check_timeout, ma
         if fatal is not None:
             index, status = fatal
             skipped[index] = status
-            execution.events.append(_fatal_event(index, status))
+            why = next((c.get("error") for c in execution.cells if c["cell"] == index), "")
+            execution.events.append(_fatal_event(index, status, why))
     for item in plan:
         if item["id"] not in execution.records:
             execution.failures.setdefault(
@@ -103,9 +105,10 @@ def _preload(kernel):
                            f"{run.error}); run `autograd-lab doctor`, or raise --memory-mb")
 
 
-def _fatal_event(index, status):
+def _fatal_event(index, status, why=""):
     what = "killed the kernel" if status == "dead" else "ignored the interrupt after its timeout"
-    return f"cell {index} {what}; it was skipped and the notebook re-run in a fresh kernel"
+    because = f" ({why})" if why else ""
+    return f"cell {index} {what}{because}; it was skipped and the notebook re-run in a fresh kernel"
 
 
 def _run_cells(kernel, cells, skipped, answer_names, timeout, execution):
@@ -117,8 +120,10 @@ def _run_cells(kernel, cells, skipped, answer_names, timeout, execution):
             execution.cells.append({"cell": index, "status": f"skipped ({skipped[index]})"})
             continue
         run = kernel.run(source, timeout)
+        # Per cell the kernel keeps output_limit characters; per submission, MAX_TOTAL_OUTPUT.
+        room = max(MAX_TOTAL_OUTPUT - sum(len(c.get("output", "")) for c in execution.cells), 0)
         execution.cells.append({"cell": index, "status": run.status, "error": run.error,
-                                "output": run.text, "output_truncated": run.truncated})
+                                "output": run.text[:room], "output_truncated": run.truncated or len(run.text) > room})
         if run.status in FATAL:
             return index, run.status
         # After every cell, as a top-to-bottom run would see it: answers made inside an

@@ -29,6 +29,7 @@ RECORD_KEYS = {"exercise", "seed", "hidden", "status", "error", "output", "input
                "grad_mode_after", "args_after", "input_grads", "grad_error", "facts", "jacobians"}
 # Lists whose length is fixed by the exercise's inputs: a shorter one would compare nothing.
 SAME_LENGTH = ("inputs", "args_after", "input_grads")
+_INT_OPCODES = {"INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4"}
 GRADCHECK_TOLERANCE = {"atol": 1e-5, "rtol": 1e-3}   # torch.autograd.gradcheck's defaults
 
 
@@ -130,8 +131,8 @@ def _declared_elements(pickle_bytes):
     declared, last_int = 0, 0
     try:
         for opcode, argument, _ in pickletools.genops(pickle_bytes):
-            if isinstance(argument, int) and not isinstance(argument, bool):
-                last_int = argument
+            if opcode.name in _INT_OPCODES:   # not BINPUT and friends, whose argument is a memo slot
+                last_int = int(argument)
             elif opcode.name == "BINPERSID":
                 declared += max(last_int, 0)
                 last_int = 0
