@@ -110,9 +110,10 @@ def _compare_grad_mode(student, reference):
     expected, actual = reference["grad_mode_after"], student["grad_mode_after"]
     if expected == actual:
         return None
+    advice = (" Your function switched it off and left it off: use `with torch.no_grad():` rather than "
+              "`torch.set_grad_enabled(False)`, so grad mode comes back by itself." if not actual else "")
     return Finding("state", f"grad mode after your function: expected {'on' if expected else 'off'}, "
-                            f"got {'on' if actual else 'off'}. Use `with torch.no_grad():` rather than "
-                            "torch.set_grad_enabled(False), so grad mode comes back by itself.")
+                            f"got {'on' if actual else 'off'}.{advice}")
 
 
 def _compare_args(student, reference, tolerance):
@@ -127,8 +128,9 @@ def _compare_input_grads(student, reference, tolerance):
     if reference.get("grad_error"):
         raise RuntimeError(f"the reference's output cannot be backpropagated: {reference['grad_error']}")
     if student.get("grad_error"):
-        return Finding("none", f"The returned value is not connected to the inputs ({student['grad_error']}): "
-                               "the path from the inputs was detached, or computed under torch.no_grad().")
+        return Finding("none", f"The returned value is not connected to the inputs ({student['grad_error']}). "
+                               "Usual causes: the path from the inputs was detached (`.detach()`, `.item()`, "
+                               "`torch.tensor(...)`), or it was computed under `torch.no_grad()`.")
     for number, (s, r) in enumerate(zip(student["input_grads"], reference["input_grads"]), start=1):
         finding = compare_values(s, r, f"the gradient of input {number}", tolerance)
         if finding:
