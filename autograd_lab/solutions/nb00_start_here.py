@@ -1,8 +1,10 @@
 """Exercises of notebooks/00_start_here.ipynb: two warm-ups."""
 
+import warnings
+
 import torch
 
-from autograd_lab.exercises import Exercise, Misconception, WrongAnswer, claims, register
+from autograd_lab.exercises import Exercise, Misconception, WrongAnswer, claims, register, uses_autograd
 
 
 # --- 00.cube_grad ---------------------------------------------------------------
@@ -17,6 +19,15 @@ def _cube_inputs(seed, hidden):
     generator = torch.Generator().manual_seed(seed)
     size = 7 if hidden else 4  # hidden cases use other seeds and another shape
     return (torch.randn(size, generator=generator, dtype=torch.float64),)
+
+
+def _autograd_of(loss_of):
+    """A wrong answer that does use autograd, on the wrong loss: only its value is wrong."""
+    def answer(x):
+        x = x.detach().requires_grad_()
+        loss_of(x).backward()
+        return x.grad
+    return answer
 
 
 def _backward_twice(x):
@@ -50,22 +61,44 @@ register(Exercise(
         "Make x a leaf that requires grad: x = x.detach().requires_grad_().",
         "Build a scalar from x ** 3 with .sum(), call .backward() on it, and return x.grad.",
     ),
+    method=uses_autograd(),
     wrong_answers=(
+        # The shortcut the prompt forbids: the right numbers, typed as a formula.
+        WrongAnswer(lambda x: 3 * x ** 2, expect="typed_formula", note="the formula 3x^2 typed by hand"),
+        WrongAnswer(lambda x: 3 * x * x, expect="typed_formula"),
+        WrongAnswer(_under_no_grad, expect="typed_formula", note="no backward pass ran"),
+        # Near misses: autograd was used, so the feedback must be about the value, not the method.
         WrongAnswer(_backward_twice, expect="doubled", note="backward called twice: gradients accumulate"),
-        WrongAnswer(lambda x: 6 * x ** 2, expect="doubled"),
-        WrongAnswer(lambda x: -3 * x ** 2, expect="sign_flipped"),
-        WrongAnswer(lambda x: None, expect="none"),
+        WrongAnswer(_autograd_of(lambda x: (2 * x ** 3).sum()), expect="doubled"),
+        WrongAnswer(_autograd_of(lambda x: -(x ** 3).sum()), expect="sign_flipped"),
         WrongAnswer(_non_leaf_grad, expect="none", note=".grad of a non-leaf tensor"),
-        WrongAnswer(lambda x: x ** 2, expect="scaled", note="forgot the factor 3 of the power rule"),
-        WrongAnswer(_under_no_grad, expect="all_zeros"),
-        WrongAnswer(lambda x: 3 * x ** 2 + 1, expect="wrong_value"),
-        WrongAnswer(lambda x: (3 * x ** 2).float(), expect="dtype"),
-        WrongAnswer(lambda x: (3 * x ** 2).sum(), expect="shape"),
+        WrongAnswer(_autograd_of(lambda x: (x ** 3).sum() / 3), expect="scaled", note="divided by the exponent"),
+        WrongAnswer(_autograd_of(lambda x: (x ** 3 + x).sum()), expect="wrong_value"),
+        WrongAnswer(lambda x: _autograd_of(lambda x: (x ** 3).sum())(x).float(), expect="dtype"),
+        WrongAnswer(lambda x: _autograd_of(lambda x: (x ** 3).sum())(x).sum(), expect="shape"),
     ),
 ))
 
 
 # --- 00.needs_grad ----------------------------------------------------------------
+
+def _grads_after_backward(**tensors):
+    """{name: whether .grad is not None} (reading a non-leaf's .grad warns; the answer is still None)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return {name: tensor.grad is not None for name, tensor in tensors.items()}
+
+
+def _needs_grad_experiment():
+    """The notebook's computation, run: which tensors have a .grad after loss.backward()."""
+    w = torch.randn(3, requires_grad=True)
+    x = torch.randn(3)
+    b = torch.tensor(0.5, requires_grad=True)
+    h = w * x
+    loss = (h + b).sum()
+    loss.backward()
+    return _grads_after_backward(w=w, x=x, b=b, h=h)
+
 
 def needs_grad():
     # After loss.backward(): .grad is filled only on leaves created with requires_grad=True.
@@ -78,6 +111,7 @@ register(Exercise(
     kind="value",
     answer_name="needs_grad",
     reference=needs_grad,
+    experiment=_needs_grad_experiment,
     solution_code='needs_grad = {"w": True, "x": False, "b": True, "h": False}',
     points=1,
     hints=(

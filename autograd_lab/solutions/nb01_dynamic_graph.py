@@ -17,6 +17,11 @@ from autograd_lab.tiny_engine import Value
 
 
 def who_gets_grad_reference():
+    """The typed key, the same dict as ``solution_code``; ``_who_gets_grad_experiment`` measures it."""
+    return {"a": True, "b": False, "c": False, "w": False}
+
+
+def _who_gets_grad_experiment():
     """Run the exercise's code and report which tensors got a ``.grad``."""
     a = torch.randn(3, requires_grad=True)
     w = torch.randn(3, requires_grad=True)
@@ -35,6 +40,7 @@ register(Exercise(
     answer_name="who_gets_grad",
     kind="value",
     reference=who_gets_grad_reference,
+    experiment=_who_gets_grad_experiment,
     solution_code='who_gets_grad = {"a": True, "b": False, "c": False, "w": False}',
     hints=(
         "Only leaves that require grad and that the backward pass actually reaches get a .grad, "
@@ -164,6 +170,11 @@ register(Exercise(
 
 
 def saved_bytes_reference():
+    """The typed key, as in ``solution_code``; ``_saved_bytes_experiment`` measures it."""
+    return 64 * 32 * 4 + 64 * 16 * 4
+
+
+def _saved_bytes_experiment():
     """Measure what the exercise's expression saves, with the saved-tensor hooks."""
     x = torch.randn(64, 32)
     w = torch.randn(32, 16, requires_grad=True)
@@ -189,6 +200,7 @@ register(Exercise(
     answer_name="saved_bytes",
     kind="value",
     reference=saved_bytes_reference,
+    experiment=_saved_bytes_experiment,
     solution_code="saved_bytes = 64 * 32 * 4 + 64 * 16 * 4  # x for dL/dw, and y once (relu output = pow input)",
     hints=(
         "Go node by node: x @ w, relu, ** 2, sum. For each, ask what its backward formula needs.",

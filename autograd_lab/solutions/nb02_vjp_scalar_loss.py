@@ -3,7 +3,9 @@
 import torch
 import torch.nn.functional as F
 
-from autograd_lab.exercises import Exercise, Misconception, WrongAnswer, register
+from torch.autograd.functional import jacobian
+
+from autograd_lab.exercises import Exercise, Method, Misconception, WrongAnswer, backward_calls, register
 from autograd_lab.solutions._mutants import mutant
 
 
@@ -33,6 +35,23 @@ def _vjp_inputs(seed, hidden):
 
 def _vjp_with_ones(W, x, v):
     return vjp_without_jacobian(W, x, torch.ones_like(v))
+
+
+def _vjp_without_tanh(W, x, v):
+    """One backward pass, as asked, but through W @ x alone: tanh's derivative is missing."""
+    x = x.detach().requires_grad_()
+    (grad,) = torch.autograd.grad(W @ x, x, grad_outputs=v)
+    return grad
+
+
+def _vjp_from_full_jacobian(W, x, v):
+    """The shortcut the prompt forbids: build J (one backward pass per output row), then v @ J."""
+    return v @ jacobian(lambda x: torch.tanh(W @ x), x)
+
+
+def _vjp_typed_formula(W, x, v):
+    """The shortcut of typing the derivative: no backward pass at all."""
+    return (v * (1 - torch.tanh(W @ x) ** 2)) @ W
 
 
 def _vjp_backward_twice(W, x, v):
@@ -65,12 +84,17 @@ register(Exercise(
                       "differentiate the whole f(x).",
                       lambda s, r, args: _matches(s, args[2] @ args[0])),
     ),
+    method=backward_calls(1),
     wrong_answers=(
+        # The shortcuts: a full Jacobian (one pass per output), or the derivative typed by hand.
+        WrongAnswer(_vjp_from_full_jacobian, expect="backward_calls"),
+        WrongAnswer(_vjp_typed_formula, expect="backward_calls"),
+        WrongAnswer(_vjp_backward_twice, expect="backward_calls", note="two passes: also doubled"),
+        # One backward pass: the feedback is about the value.
         WrongAnswer(_vjp_with_ones, expect="ones_cotangent"),
-        WrongAnswer(lambda W, x, v: v @ W, expect="missed_local_derivative"),
-        WrongAnswer(_vjp_backward_twice, expect="doubled"),
+        WrongAnswer(_vjp_without_tanh, expect="missed_local_derivative"),
         WrongAnswer(lambda W, x, v: -vjp_without_jacobian(W, x, v), expect="sign_flipped"),
-        WrongAnswer(lambda W, x, v: None, expect="none"),
+        WrongAnswer(lambda W, x, v: (vjp_without_jacobian(W, x, v), None)[1], expect="none"),
     ),
 ))
 
@@ -121,6 +145,22 @@ def _dict_detector(wrong):
     return detect
 
 
+def _mlp_backward_by_autograd(X, W1, b1, W2, b2, G_Z):
+    """The shortcut the prompt forbids: let autograd do the backward pass."""
+    leaves = {name: t.detach().requires_grad_() for name, t in {"W1": W1, "b1": b1, "W2": W2, "b2": b2}.items()}
+    Z = torch.tanh(X @ leaves["W1"] + leaves["b1"]) @ leaves["W2"] + leaves["b2"]
+    grads = torch.autograd.grad(Z, list(leaves.values()), grad_outputs=G_Z)
+    return dict(zip(leaves, grads))
+
+
+WITHOUT_AUTOGRAD = Method(
+    name="a backward pass by hand (no autograd)",
+    holds=lambda facts: facts["engine_runs"] == 0,
+    message=("your answer ran autograd (`backward()` or `torch.autograd.grad`); compute every gradient "
+             "with the matrix formulas of the table instead."),
+    tag="used_autograd")
+
+
 register(Exercise(
     id="02.mlp_backward",
     title="The MLP backward by hand",
@@ -145,7 +185,9 @@ register(Exercise(
                       "not the mean.",
                       _dict_detector(_mlp_bias_mean)),
     ),
+    method=WITHOUT_AUTOGRAD,
     wrong_answers=(
+        WrongAnswer(_mlp_backward_by_autograd, expect="used_autograd"),
         WrongAnswer(_mlp_without_activation_grad, expect="missing_activation_grad"),
         WrongAnswer(_mlp_activation_of_pre, expect="activation_of_preactivation"),
         WrongAnswer(_mlp_bias_mean, expect="bias_mean"),
@@ -209,6 +251,20 @@ def pick_gradient_reference():
     return torch.tensor([3.0, 0.0, -1.0])
 
 
+def _pick_gradient_experiment():
+    """Measure the cotangent: the gradient of 3 * y[0] - y[2] with respect to y, then check it on x."""
+    y = torch.zeros(3, requires_grad=True)          # y as a leaf: d(target)/dy is the weighting
+    (3 * y[0] - y[2]).backward()
+    cotangent = y.grad
+
+    x = torch.randn(3, requires_grad=True)
+    outputs = torch.stack([x.sum(), (x ** 2).sum(), x.prod()])
+    outputs.backward(gradient=cotangent)
+    (direct,) = torch.autograd.grad(3 * x.sum() - x.prod(), x)
+    assert torch.allclose(x.grad, direct)
+    return cotangent
+
+
 def _is(values):
     return lambda s, r, args: torch.is_tensor(s) and s.shape == (3,) and torch.equal(s.float(), torch.tensor(values))
 
@@ -219,6 +275,7 @@ register(Exercise(
     answer_name="cotangent",
     kind="value",
     reference=pick_gradient_reference,
+    experiment=_pick_gradient_experiment,
     solution_code="cotangent = torch.tensor([3.0, 0.0, -1.0])",
     hints=(
         "y.backward(gradient=g) computes the gradient of (g * y).sum(), the weighted sum of the outputs.",

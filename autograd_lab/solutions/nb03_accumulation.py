@@ -3,7 +3,7 @@
 import torch
 import torch.nn.functional as F
 
-from autograd_lab.exercises import Exercise, Misconception, WrongAnswer, register
+from autograd_lab.exercises import Exercise, Method, Misconception, WrongAnswer, register
 
 
 # --- 03.accumulated_grad --------------------------------------------------------
@@ -60,6 +60,22 @@ def _grad_of_non_leaf(w, x, y, k):
     return weights.grad                                # wrong: non-leaf tensors keep no .grad
 
 
+def _one_full_batch_backward(w, x, y, k):
+    """The shortcut the prompt forbids: the large-batch gradient from one backward pass."""
+    w = w.detach().clone().requires_grad_()
+    F.mse_loss(x @ w, y).backward()
+    return w.grad
+
+
+# Every input has k >= 3 micro-batches; the facts do not see k, so this asks for more than one pass.
+ONE_BACKWARD_PER_MICRO_BATCH = Method(
+    name="one backward pass per micro-batch",
+    holds=lambda facts: facts["engine_runs"] >= 2,
+    message=("your answer ran a single backward pass (or none), so it did not accumulate over "
+             "micro-batches: call `backward()` once per `x.chunk(k)` micro-batch."),
+    tag="one_backward")
+
+
 register(Exercise(
     id="03.accumulated_grad",
     title="The large-batch gradient from k micro-batches",
@@ -80,7 +96,9 @@ register(Exercise(
             "zero_grad or a fresh leaf per micro-batch). Every backward must add into the same .grad.",
             _keeps_only_last_micro_batch),
     ),
+    method=ONE_BACKWARD_PER_MICRO_BATCH,
     wrong_answers=(
+        WrongAnswer(_one_full_batch_backward, expect="one_backward", note="right value, no accumulation"),
         WrongAnswer(_without_division, expect="scaled", note="forgot / k"),
         WrongAnswer(_zeroed_inside_loop, expect="last_micro_batch_only"),
         WrongAnswer(_grad_of_non_leaf, expect="none"),
