@@ -819,3 +819,24 @@ def test_a_result_shows_its_inline_code_as_code():
     assert "<code>backward()</code>" in page and "<code>torch.autograd.grad</code>" in page
     assert "`" not in page and "<script>" not in page and "&lt;script&gt;" in page
     assert "<code>" in hint("99.sample")._repr_html_() or True  # hints without backticks stay text
+
+
+def _micro_batch_inputs(seed, hidden):
+    generator = torch.Generator().manual_seed(seed)
+    return (torch.randn(12, generator=generator, dtype=torch.float64), 3 if seed % 2 else 4)
+
+
+def _per_micro_batch(x, k):
+    x = x.detach().requires_grad_()
+    for part in x.chunk(k):
+        (part ** 3).sum().backward()
+    return x.grad
+
+
+def test_backward_calls_can_depend_on_the_case():
+    method = backward_calls(lambda x, k: k, name="one backward pass per micro-batch")
+    make(reference=_per_micro_batch, inputs=_micro_batch_inputs, method=method)
+    assert check("99.sample", _per_micro_batch).status == "passed"
+    result = check("99.sample", lambda x, k: _two_micro_batches(x))
+    assert result.misconception == "backward_calls"
+    assert "asks for one backward pass per micro-batch" in result.messages[0]

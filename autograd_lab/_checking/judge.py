@@ -13,7 +13,7 @@ from .display import Result
 from .detectors import named
 from .methods import broken
 from .observe import RECORD_STATUSES
-from .records import KIND, describe
+from .records import KIND, decode, describe
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def method_finding(exercise, student):
         return Finding("method", "the record holds no facts about how the answer ran, so the method "
                                  f"this exercise asks for ({exercise.method[0].name}) cannot be checked.")
     try:
-        method = broken(exercise.method, facts)
+        method = broken(exercise.method, facts, tuple(decode(arg) for arg in student.get("inputs", ())))
     except (KeyError, TypeError):
         return Finding("method", "the record's facts are incomplete, so the method cannot be checked.")
     return None if method is None else Finding(method.tag, method.feedback())

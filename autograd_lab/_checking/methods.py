@@ -8,6 +8,7 @@ message shown when the predicate is false.  The ready-made ones below cover the
 course; write another by giving the three fields.
 """
 
+import inspect
 from dataclasses import dataclass
 from typing import Callable
 
@@ -17,7 +18,9 @@ class Method:
     """A required or forbidden method.
 
     ``name``: what the prompt asks for ("autograd", "no .data").  ``holds(facts)``:
-    True when the answer kept to it.  ``message``: the feedback when it did not;
+    True when the answer kept to it; ``holds(facts, args)`` also receives the
+    case's arguments (as recorded before the call), for a count that depends on
+    them.  ``message``: the feedback when it did not;
     it should say what the answer did.  ``tag``: the misconception tag of a
     failure (the bank's ``WrongAnswer.expect``).  ``sizes``: the predicate reads
     ``largest_numel``, which is recorded only when some method asks for it.
@@ -28,6 +31,12 @@ class Method:
     message: str
     tag: str = "method"
     sizes: bool = False
+
+    def kept(self, facts, args):
+        """``holds`` called with the arguments it declares."""
+        if len(inspect.signature(self.holds).parameters) >= 2:
+            return bool(self.holds(facts, args))
+        return bool(self.holds(facts))
 
     def feedback(self):
         return f"This exercise asks for {self.name}: {self.message}"
@@ -43,13 +52,21 @@ def uses_autograd():
         tag="typed_formula")
 
 
-def backward_calls(n):
-    """Exactly ``n`` backward passes (for example one per micro-batch)."""
+def backward_calls(n, *, name=None):
+    """Exactly ``n`` backward passes; ``n`` may be a function of the case's arguments.
+
+    ``backward_calls(1)``; ``backward_calls(lambda x, k: k, name="one backward pass per
+    micro-batch")`` for an answer called as ``answer(x, k)``.
+    """
+    count = n if callable(n) else (lambda *args: n)
+    wanted = f"the {n}" if not callable(n) else "the number of"
+    default = (f"exactly {n} backward pass{'es' if n != 1 else ''}" if not callable(n)
+               else "one backward pass per step the prompt names")
     return Method(
-        name=f"exactly {n} backward pass{'es' if n != 1 else ''}",
-        holds=lambda facts: facts["engine_runs"] == n,
-        message=(f"your answer ran a different number of backward passes "
-                 f"(`backward()` or `torch.autograd.grad` calls) than the {n} the prompt asks for."),
+        name=name or default,
+        holds=lambda facts, args: facts["engine_runs"] == count(*args),
+        message=("your answer ran a different number of backward passes "
+                 f"(`backward()` or `torch.autograd.grad` calls) than {wanted} passes the prompt asks for."),
         tag="backward_calls")
 
 
@@ -83,9 +100,9 @@ def no_jacobian(max_numel=None):
         tag="jacobian", sizes=True)
 
 
-def broken(methods, facts):
+def broken(methods, facts, args=()):
     """The first method in ``methods`` that ``facts`` break, or ``None``."""
     for method in methods:
-        if not method.holds(facts):
+        if not method.kept(facts, args):
             return method
     return None
