@@ -5,7 +5,7 @@ import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
 from autograd_lab.memory import saved_tensors
-from autograd_lab.recompute import predicted_saved
+from autograd_lab.recompute import activations_kept, predicted_saved
 from autograd_lab.solutions import nb06_checkpointing as nb06
 
 
@@ -27,7 +27,7 @@ def test_saved_for_segments_matches_a_measured_forward():
         x = torch.randn(2, 8, requires_grad=True)
         with saved_tensors(exclude=blocks.parameters()) as saved:
             _segments_forward(blocks, sizes, x)
-        assert saved.count == nb06.saved_for_segments(sizes), sizes
+        assert activations_kept(saved) == nb06.saved_for_segments(sizes), sizes
 
 
 def test_best_segments_minimises_the_formula_and_prefers_fewer_segments():

@@ -2,7 +2,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from autograd_lab.recompute import forward_saved, measure_segments, predicted_saved
+from autograd_lab.recompute import activations_kept, forward_saved, measure_segments, predicted_saved
 
 
 def _tanh_mlp(n_blocks, width=16):
@@ -19,7 +19,7 @@ def test_formula_matches_a_real_forward_pass():
     model = _tanh_mlp(8)
     x = torch.randn(4, 16, requires_grad=True)
     for segments in (1, 2, 4, 8):
-        assert forward_saved(model, x, segments).count == predicted_saved(8, segments)
+        assert activations_kept(forward_saved(model, x, segments)) == predicted_saved(8, segments)
 
 
 def test_measure_segments_reports_every_schedule():

@@ -105,6 +105,7 @@ def checkpointed_step(model, x):
     from torch.utils.checkpoint import checkpoint
 
     from autograd_lab.memory import saved_tensors
+    from autograd_lab.recompute import activations_kept
 
     # Non-reentrant checkpoints: correct even though x does not require grad (a frozen input).
     with saved_tensors(exclude=model.parameters()) as saved:
@@ -113,7 +114,7 @@ def checkpointed_step(model, x):
             h = checkpoint(block, h, use_reentrant=False)
         loss = h.pow(2).mean()
     loss.backward()
-    return loss, saved.count
+    return loss, activations_kept(saved)
 
 
 def _seeded_linear(fan_in, fan_out, generator):
@@ -141,6 +142,7 @@ def _mistaken_step(model, x, *, wrap=True, reentrant=False, backward=True):
     from torch.utils.checkpoint import checkpoint
 
     from autograd_lab.memory import saved_tensors
+    from autograd_lab.recompute import activations_kept
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # reentrant + frozen input: "None of the inputs have requires_grad=True"
@@ -151,7 +153,19 @@ def _mistaken_step(model, x, *, wrap=True, reentrant=False, backward=True):
             loss = h.pow(2).mean()
     if backward:
         loss.backward()
-    return loss, saved.count
+    return loss, activations_kept(saved)
+
+
+def _one_segment(model, x):
+    from torch.utils.checkpoint import checkpoint
+
+    from autograd_lab.memory import saved_tensors
+    from autograd_lab.recompute import activations_kept
+
+    with saved_tensors(exclude=model.parameters()) as saved:
+        loss = checkpoint(model, x, use_reentrant=False).pow(2).mean()
+    loss.backward()
+    return loss, activations_kept(saved)
 
 
 def _plain_step(model, x):
@@ -179,7 +193,8 @@ register(Exercise(
     points=2,
     hints=(
         "Loop over the blocks of model and call checkpoint(block, h, use_reentrant=False) on each.",
-        "Measure inside `with saved_tensors(exclude=model.parameters()) as saved:` and return saved.count.",
+        "Measure inside `with saved_tensors(exclude=model.parameters()) as saved:` and return "
+        "`activations_kept(saved)`, the saved tensors that hold data.",
         "x comes from a frozen embedding (no requires_grad): the reentrant checkpoint would silently "
         "give the blocks no gradients, so use use_reentrant=False.",
     ),
@@ -187,9 +202,14 @@ register(Exercise(
         Misconception("not_checkpointed", "The blocks were not checkpointed: the forward pass kept "
                       "three activations per block. Wrap each block in checkpoint(..., use_reentrant=False).",
                       lambda s, r, args: _saved_count(s) == 3 * _depth(args[0]) + 1),
+        Misconception("one_segment", "The model was checkpointed as one segment: the forward pass kept only "
+                      "its input and the output the loss saves. The exercise asks for one checkpoint per block, "
+                      "which keeps every block's input.",
+                      lambda s, r, args: _saved_count(s) == 2),
     ),
     wrong_answers=(
         WrongAnswer(_plain_step, expect="not_checkpointed"),
+        WrongAnswer(_one_segment, expect="one_segment", note="the shortcut: one checkpoint around the model"),
         WrongAnswer(lambda model, x: _mistaken_step(model, x, backward=False), expect="none",
                     note="forgot loss.backward(): no parameter gradients"),
         WrongAnswer(lambda model, x: _mistaken_step(model, x, reentrant=True), expect="error",
