@@ -818,7 +818,8 @@ def test_a_result_shows_its_inline_code_as_code():
     page = check("99.sample", _cube_formula)._repr_html_()
     assert "<code>backward()</code>" in page and "<code>torch.autograd.grad</code>" in page
     assert "`" not in page and "<script>" not in page and "&lt;script&gt;" in page
-    assert "<code>" in hint("99.sample")._repr_html_() or True  # hints without backticks stay text
+    make("99.hinted", hints=("call `x.backward()` & read <x.grad>",))
+    assert "call <code>x.backward()</code> &amp; read &lt;x.grad&gt;" in hint("99.hinted")._repr_html_()
 
 
 def _micro_batch_inputs(seed, hidden):

@@ -58,13 +58,14 @@ def backward_calls(n, *, name=None):
     ``backward_calls(1)``; ``backward_calls(lambda x, k: k, name="one backward pass per
     micro-batch")`` for an answer called as ``answer(x, k)``.
     """
-    count = n if callable(n) else (lambda *args: n)
+    # The predicate's only free variable is ``n``: the release rebuilds a ready-made method
+    # from its factory and closure (release.method_data).
     wanted = f"the {n}" if not callable(n) else "the number of"
     default = (f"exactly {n} backward pass{'es' if n != 1 else ''}" if not callable(n)
                else "one backward pass per step the prompt names")
     return Method(
         name=name or default,
-        holds=lambda facts, args: facts["engine_runs"] == count(*args),
+        holds=lambda facts, args: facts["engine_runs"] == (n(*args) if callable(n) else n),
         message=("your answer ran a different number of backward passes "
                  f"(`backward()` or `torch.autograd.grad` calls) than {wanted} passes the prompt asks for."),
         tag="backward_calls")
