@@ -164,7 +164,9 @@ def draw(*roots, params=None, view="grad_fn", show_saved=False, show_attrs=False
     ``draw`` has no side effects: a saved tensor with an unpack hook (activation
     checkpointing) is read only with ``show_saved=True``, since reading it runs the
     hook, which may rerun the forward; a hook that raises makes that tensor
-    "unreadable" (the reason is in ``notes``) and the rest is drawn.
+    "unreadable" (the reason is in ``notes``) and the rest is drawn.  This needs
+    ``SavedTensor.unpack_hook`` (torch 2.13 and 2.15 have it, 2.5 does not): on a
+    torch without it ``draw`` cannot tell a hooked tensor and reads it as before.
 
     Nodes made by a ``create_graph=True`` backward are grouped under the op whose
     backward made them when that backward ran under ``trace_backward(...,
