@@ -5,6 +5,7 @@
 * ``names``: variable names found in the caller's frame;
 * ``walk``: the iterative walk of ``grad_fn.next_functions`` that builds a ``Model``;
 * ``modules``: grouping by ``nn.Module`` and collapsing to a depth;
+* ``recorder``: ``record_modules(model)``, which tags each op with the module call that ran it;
 * ``tensor_view``: the micrograd-style view for beginners;
 * ``dot`` / ``text`` / ``layout``: DOT source, plain text, and running graphviz;
 * ``trace``: recording a backward pass with hooks;
