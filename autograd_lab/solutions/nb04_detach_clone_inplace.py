@@ -14,6 +14,57 @@ def copy_choice():
     return dict(_CHOICES)
 
 
+_COPIES = {"detach": lambda t: t.detach(), "clone": lambda t: t.clone(),
+           "detach().clone()": lambda t: t.detach().clone()}
+
+
+def _copy_choice_experiment():
+    """Try each copy in each scenario and keep the one that does what the scenario needs."""
+    return {scenario: next(name for name, copy in _COPIES.items() if works(copy))
+            for scenario, works in (("target", _constant_without_a_copy), ("edit_keep_grad", _editable_in_graph),
+                                    ("snapshot", _frozen_snapshot))}
+
+
+def _net():
+    torch.manual_seed(0)
+    return torch.nn.Linear(3, 3)
+
+
+def _constant_without_a_copy(copy):
+    """The loss treats the target as a constant (no gradient through it), and no memory is copied."""
+    net, x = _net(), torch.ones(1, 3)
+    target = net(x).max()
+    kept = copy(target)
+    ((net(x) - kept) ** 2).sum().backward()
+    with_target = net.weight.grad.clone()
+    net.zero_grad()
+    ((net(x) - kept.detach()) ** 2).sum().backward()
+    return torch.equal(with_target, net.weight.grad) and kept.data_ptr() == target.data_ptr()
+
+
+def _editable_in_graph(copy):
+    """Masking the copy in place leaves the activation intact, and gradients still reach the layer."""
+    net, x = _net(), torch.ones(1, 3)
+    activation = net(x)
+    before = activation.detach().clone()
+    edited = copy(activation)
+    edited[0, 0] = 0.0
+    if not edited.requires_grad:
+        return False
+    edited.sum().backward()
+    return torch.equal(activation.detach(), before) and net.weight.grad is not None
+
+
+def _frozen_snapshot(copy):
+    """The snapshot keeps the old weights through optimizer.step() and holds no graph."""
+    net = _net()
+    snapshot = copy(net.weight)
+    old = net.weight.detach().clone()
+    net(torch.ones(1, 3)).sum().backward()
+    torch.optim.SGD(net.parameters(), lr=0.1).step()
+    return torch.equal(snapshot, old) and not snapshot.requires_grad
+
+
 def _answered(scenario, *choices):
     """A detector: the student picked one of ``choices`` for ``scenario``."""
     return lambda student, reference, args: isinstance(student, dict) and student.get(scenario) in choices
@@ -29,6 +80,7 @@ register(Exercise(
     answer_name="copy_choice",
     kind="value",
     reference=copy_choice,
+    experiment=_copy_choice_experiment,
     solution_code=('copy_choice = {"target": "detach", "edit_keep_grad": "clone", '
                    '"snapshot": "detach().clone()"}'),
     hints=(

@@ -1,8 +1,10 @@
 """Exercises of notebooks/05_amp.ipynb: choosing a loss scale, ordering the AMP step, GradScaler's rule."""
 
+import itertools
 import math
 
 import torch
+import torch.nn.functional as F
 
 from autograd_lab.exercises import Exercise, Misconception, WrongAnswer, register
 
@@ -76,8 +78,65 @@ register(Exercise(
 # --- 05.amp_step_order ----------------------------------------------------------------
 
 def amp_step_order():
-    return ["zero_grad", "forward_in_autocast", "scale_and_backward", "unscale",
-            "clip", "scaler_step", "scaler_update"]
+    return ["forward_in_autocast", "scale_and_backward", "unscale", "clip", "scaler_step", "scaler_update"]
+
+
+_AMP_STEPS = ("forward_in_autocast", "scale_and_backward", "unscale", "clip", "scaler_step", "scaler_update")
+_AMP_MAX_NORM = 0.01   # smaller than the gradient's norm, so clipping changes the step
+
+
+def _amp_setup():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    return model, torch.optim.SGD(model.parameters(), lr=0.1), torch.randn(8, 4), torch.randn(8, 2)
+
+
+def _amp_target():
+    model, optimizer, x, y = _amp_setup()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = F.mse_loss(model(x).float(), y)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), _AMP_MAX_NORM)
+    optimizer.step()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def _amp_run(order):
+    model, optimizer, x, y = _amp_setup()
+    scaler, state = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16), {}
+    actions = {
+        "forward_in_autocast": lambda: state.update(loss=_amp_forward(model, x, y)),
+        "scale_and_backward": lambda: scaler.scale(state["loss"]).backward(),
+        "unscale": lambda: scaler.unscale_(optimizer),
+        "clip": lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), _AMP_MAX_NORM),
+        "scaler_step": lambda: scaler.step(optimizer),
+        "scaler_update": scaler.update,
+    }
+    for step in order:
+        actions[step]()
+    return [p.detach() for p in model.parameters()]
+
+
+def _amp_forward(model, x, y):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        return F.mse_loss(model(x).float(), y)
+
+
+def _amp_order_works(order, target):
+    try:
+        return all(torch.equal(a, b) for a, b in zip(_amp_run(order), target))
+    except (RuntimeError, KeyError, AssertionError):
+        return False
+
+
+
+
+def _amp_step_order_experiment():
+    """Run every order of the six steps with a real GradScaler; keep those that give the clipped fp32 step."""
+    target = _amp_target()
+    orders = [list(order) for order in itertools.permutations(_AMP_STEPS) if _amp_order_works(order, target)]
+    assert len(orders) == 1, f"the prompt's steps do not fix one order: {orders}"
+    return orders[0]
 
 
 def _before(first, second):
@@ -92,8 +151,9 @@ register(Exercise(
     kind="value",
     answer_name="amp_step_order",
     reference=amp_step_order,
-    solution_code=('amp_step_order = ["zero_grad", "forward_in_autocast", "scale_and_backward", '
-                   '"unscale", "clip", "scaler_step", "scaler_update"]'),
+    experiment=_amp_step_order_experiment,
+    solution_code=('amp_step_order = ["forward_in_autocast", "scale_and_backward", "unscale", "clip", '
+                   '"scaler_step", "scaler_update"]'),
     points=1,
     hints=(
         "Gradients must be unscaled before anything reads their size: clipping compares them with max_norm.",
@@ -107,21 +167,16 @@ register(Exercise(
                       "the inf/NaN check that step (or unscale_) recorded.", _before("scaler_step", "scaler_update")),
         Misconception("backward_in_autocast", "Backward runs outside autocast: autocast wraps the forward "
                       "pass and the loss only.", _before("forward_in_autocast", "scale_and_backward")),
-        Misconception("zero_grad_late", "zero_grad() belongs at the start of the step (or after the "
-                      "update); zeroing after backward throws the gradients away.",
-                      lambda s, r, args: "zero_grad" in s and s.index("zero_grad") != 0),
     ),
     wrong_answers=(
-        WrongAnswer(["zero_grad", "forward_in_autocast", "scale_and_backward", "clip", "unscale",
-                     "scaler_step", "scaler_update"], expect="clip_before_unscale"),
-        WrongAnswer(["zero_grad", "forward_in_autocast", "scale_and_backward", "unscale", "clip",
-                     "scaler_update", "scaler_step"], expect="update_before_step"),
-        WrongAnswer(["zero_grad", "scale_and_backward", "forward_in_autocast", "unscale", "clip",
-                     "scaler_step", "scaler_update"], expect="backward_in_autocast"),
-        WrongAnswer(["forward_in_autocast", "scale_and_backward", "zero_grad", "unscale", "clip",
-                     "scaler_step", "scaler_update"], expect="zero_grad_late"),
-        WrongAnswer(["zero_grad", "forward_in_autocast", "scale_and_backward", "clip",
-                     "scaler_step", "scaler_update"], expect="structure", note="unscale_ left out"),
+        WrongAnswer(["forward_in_autocast", "scale_and_backward", "clip", "unscale", "scaler_step",
+                     "scaler_update"], expect="clip_before_unscale"),
+        WrongAnswer(["forward_in_autocast", "scale_and_backward", "unscale", "clip", "scaler_update",
+                     "scaler_step"], expect="update_before_step"),
+        WrongAnswer(["scale_and_backward", "forward_in_autocast", "unscale", "clip", "scaler_step",
+                     "scaler_update"], expect="backward_in_autocast"),
+        WrongAnswer(["forward_in_autocast", "scale_and_backward", "clip", "scaler_step", "scaler_update"],
+                    expect="structure", note="unscale_ left out"),
     ),
 ))
 

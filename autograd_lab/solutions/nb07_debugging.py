@@ -4,8 +4,10 @@ import re
 
 import torch
 import torch.nn as nn
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from autograd_lab.exercises import Exercise, Misconception, WrongAnswer, claims, register
+from autograd_lab.solutions._notebook import notebook_definitions
 
 # --- 07.diagnose ------------------------------------------------------------------
 
@@ -19,12 +21,62 @@ def diagnosis():
     return dict(DIAGNOSIS)
 
 
+def _diagnose_experiment():
+    """Run the notebook's three loops with instruments and name each cause from what was observed."""
+    loops = notebook_definitions("07_debugging")
+    return {name: _observed_cause(loops, f"loop_{name.lower()}") for name in "ABC"}
+
+
+def _observed_cause(namespace, loop_name):
+    """Watch one loop: which gradients arrive, what step() sees, which weights move."""
+    models, arrived, at_step = [], {}, []
+    make_model = namespace["make_model"]
+
+    def watched_model():
+        model = make_model()
+        for p in model.parameters():
+            if p.requires_grad:
+                p.register_hook(lambda grad, p=p: arrived.__setitem__(p, grad.clone()))
+        models.append(model)
+        return model
+
+    def before_step(optimizer, args, kwargs):
+        held = {p for group in optimizer.param_groups for p in group["params"]}
+        at_step.append({p: (p.grad.clone() if p.grad is not None else None) for p in held})
+
+    namespace["make_model"] = watched_model
+    hook = register_optimizer_step_pre_hook(before_step)
+    try:
+        namespace[loop_name]()
+    finally:
+        hook.remove()
+        namespace["make_model"] = make_model
+    return _cause(list(models[0].parameters()), make_model(), arrived, at_step[-1])
+
+
+def _cause(params, initial, arrived, seen_by_step):
+    if any(not p.requires_grad for p in params):
+        return "frozen_parameter"
+    if not arrived:
+        return "graph_cut"                      # backward never reached a weight
+    if any(p not in seen_by_step for p in params):
+        return "missing_from_optimizer"
+    grads = list(seen_by_step.values())
+    if all(g is None or not g.any() for g in grads):
+        return "zero_grad_after_backward"       # gradients arrived, step() saw none
+    if any(not torch.equal(seen_by_step[p], arrived[p]) for p in params):
+        return "no_zero_grad"                   # step() saw more than the last backward gave
+    moved = max(((p - q).abs().max() / q.abs().max()).item() for p, q in zip(params, initial.parameters()))
+    return "learning_rate_too_small" if moved < 1e-4 else "healthy"
+
+
 register(Exercise(
     id="07.diagnose",
     title="Diagnose three broken training loops",
     kind="value",
     answer_name="diagnosis",
     reference=diagnosis,
+    experiment=_diagnose_experiment,
     solution_code=f"diagnosis = {DIAGNOSIS!r}",
     hints=(
         "Run the triage checks of this notebook on each loop: is .grad None, is it zero at step(), "

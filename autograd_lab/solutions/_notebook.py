@@ -1,0 +1,29 @@
+"""Definitions taken from a notebook, so an answer key is measured on the very code the prompt shows.
+
+Only top-level imports, functions and assignments are run: no cell's printing,
+plotting or checking.  This lives with the solutions: student builds never need it.
+"""
+
+import ast
+from pathlib import Path
+
+import nbformat
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+_DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef, ast.Assign)
+
+
+def notebook_definitions(stem):
+    """A namespace with every top-level definition of ``notebooks/<stem>.ipynb``'s code cells, in order."""
+    notebook = nbformat.read(NOTEBOOKS / f"{stem}.ipynb", as_version=4)
+    namespace = {}
+    for cell in notebook.cells:
+        if cell.cell_type != "code":
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:          # a cell with IPython magics defines nothing we need
+            continue
+        body = [node for node in tree.body if isinstance(node, _DEFINITIONS)]
+        exec(compile(ast.Module(body=body, type_ignores=[]), f"{stem}.ipynb", "exec"), namespace)
+    return namespace
