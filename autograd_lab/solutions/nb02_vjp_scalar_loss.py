@@ -276,6 +276,8 @@ register(Exercise(
     kind="value",
     reference=pick_gradient_reference,
     experiment=_pick_gradient_experiment,
+    # hint 2 reads the weights off "3 * y[0] + 0 * y[1] - 1 * y[2]": they must be the measured key
+    checked_numbers={"3": lambda key: key[0].item(), "0": lambda key: key[1].item(), "1": lambda key: -key[2].item()},
     solution_code="cotangent = torch.tensor([3.0, 0.0, -1.0])",
     hints=(
         "y.backward(gradient=g) computes the gradient of (g * y).sum(), the weighted sum of the outputs.",
