@@ -60,14 +60,14 @@ def backward_calls(n, *, name=None):
     """
     # The predicate's only free variable is ``n``: the release rebuilds a ready-made method
     # from its factory and closure (release.method_data).
-    wanted = f"the {n}" if not callable(n) else "the number of"
+    wanted = "" if callable(n) else f" ({n})"
     default = (f"exactly {n} backward pass{'es' if n != 1 else ''}" if not callable(n)
                else "one backward pass per step the prompt names")
     return Method(
         name=name or default,
         holds=lambda facts, args: facts["engine_runs"] == (n(*args) if callable(n) else n),
         message=("your answer ran a different number of backward passes "
-                 f"(`backward()` or `torch.autograd.grad` calls) than {wanted} passes the prompt asks for."),
+                 f"(`backward()` or `torch.autograd.grad` calls) than the prompt asks for{wanted}."),
         tag="backward_calls")
 
 
