@@ -66,7 +66,8 @@ def test_each_fixture_and_attack_gets_its_expected_grade(batch, case):
 
 def test_misconceptions_are_named_not_just_wrong(batch):
     grades = {g["exercise_id"]: g for g in batch["reports"]["partly_wrong"]["exercises"]}
-    assert grades["00.cube_grad"]["misconception"] == "doubled"
+    # 6 * x ** 2 is doubled, and typed by hand: the judge names the one it checks first.
+    assert grades["00.cube_grad"]["misconception"] in ("doubled", "typed_formula")
     assert grades["00.needs_grad"]["misconception"] == "non_leaf"
 
 
@@ -278,8 +279,19 @@ def test_the_kernel_sees_no_solutions_no_other_folder_and_no_network(batch):
     assert "solutions: False" in output or "solutions: []" in output, output
     assert "no network" in output and "NETWORK\n" not in output, output
     others = output.split("others: ")[1].splitlines()[0]
-    assert others.count("/tmp/autograd-lab-grade-") <= 1 and others.endswith("False)"), others
+    # Only its own slot's folder (where its work folder is mounted), and not the submissions.
+    assert others.count("/tmp/autograd-lab-grade-") <= 1 and others.endswith("False"), others
     assert "uid 1000" in batch["reports"]["attack_daemon"]["sandbox"]
+
+
+def test_hostile_records_are_refused_with_their_reason(batch):
+    def first_message(student, exercise_id):
+        grades = {g["exercise_id"]: g for g in batch["reports"][student]["exercises"]}
+        return grades[exercise_id]["messages"][0]
+    assert "nested deeper than 40" in first_message("attack_nested_bomb", "00.cube_grad")
+    assert "integer out of range" in first_message("attack_overflow", "00.needs_grad")
+    assert "one entry per argument" in first_message("attack_empty_lists", "00.cube_grad")
+    assert "does not belong to its seed" in first_message("attack_tensor_seed", "00.cube_grad")
 
 
 def test_colliding_odd_and_linked_names_each_get_their_own_files(batch):
