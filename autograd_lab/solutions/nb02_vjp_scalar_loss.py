@@ -18,12 +18,14 @@ def _matches(student, expected):
             and torch.allclose(student, expected, rtol=1e-7, atol=1e-7))
 
 # --- 02.vjp ------------------------------------------------------------------
+# The notebook's demo takes the VJP with respect to x; the exercise transfers the idea to the
+# weight matrix W, whose Jacobian (m outputs by m x n weights) is never built.
 
 
 def vjp_without_jacobian(W, x, v):
-    x = x.detach().requires_grad_()
+    W = W.detach().requires_grad_()
     y = torch.tanh(W @ x)
-    (grad,) = torch.autograd.grad(y, x, grad_outputs=v)
+    (grad,) = torch.autograd.grad(y, W, grad_outputs=v)
     return grad
 
 
@@ -39,40 +41,48 @@ def _vjp_with_ones(W, x, v):
 
 def _vjp_without_tanh(W, x, v):
     """One backward pass, as asked, but through W @ x alone: tanh's derivative is missing."""
+    W = W.detach().requires_grad_()
+    (grad,) = torch.autograd.grad(W @ x, W, grad_outputs=v)
+    return grad
+
+
+def _vjp_wrt_x(W, x, v):
+    """The demo copied: the VJP with respect to x, not W."""
     x = x.detach().requires_grad_()
-    (grad,) = torch.autograd.grad(W @ x, x, grad_outputs=v)
+    (grad,) = torch.autograd.grad(torch.tanh(W @ x), x, grad_outputs=v)
     return grad
 
 
 def _vjp_from_full_jacobian(W, x, v):
-    """The shortcut the prompt forbids: build J (one backward pass per output row), then v @ J."""
-    return v @ jacobian(lambda x: torch.tanh(W @ x), x)
+    """The shortcut the prompt forbids: build J (one backward pass per output row), then contract with v."""
+    J = jacobian(lambda W: torch.tanh(W @ x), W)          # shape (m, m, n)
+    return torch.einsum("i,ijk->jk", v, J)
 
 
 def _vjp_typed_formula(W, x, v):
     """The shortcut of typing the derivative: no backward pass at all."""
-    return (v * (1 - torch.tanh(W @ x) ** 2)) @ W
+    return torch.outer(v * (1 - torch.tanh(W @ x) ** 2), x)
 
 
 def _vjp_backward_twice(W, x, v):
-    x = x.detach().requires_grad_()
+    W = W.detach().requires_grad_()
     y = torch.tanh(W @ x)
     y.backward(v, retain_graph=True)
     y.backward(v)
-    return x.grad
+    return W.grad
 
 
 register(Exercise(
     id="02.vjp",
-    title="A VJP without building J",
+    title="A VJP with respect to the weights, without building J",
     answer_name="vjp_without_jacobian",
     reference=vjp_without_jacobian,
     inputs=_vjp_inputs,
     hints=(
-        "Make a fresh leaf: x = x.detach().requires_grad_(), then y = torch.tanh(W @ x).",
+        "This time the leaf is W: W = W.detach().requires_grad_(), then y = torch.tanh(W @ x).",
         "y is a vector, so backward needs the cotangent: y.backward(gradient=v) or "
-        "torch.autograd.grad(y, x, grad_outputs=v).",
-        "The answer is x.grad (after backward) or the single element of the tuple autograd.grad returns.",
+        "torch.autograd.grad(y, W, grad_outputs=v).",
+        "The answer has W's shape: W.grad after backward, or the single element of the tuple autograd.grad returns.",
     ),
     misconceptions=(
         Misconception("ones_cotangent",
@@ -80,9 +90,13 @@ register(Exercise(
                       "pass v as gradient= or grad_outputs=.",
                       lambda s, r, args: _matches(s, _vjp_with_ones(*args))),
         Misconception("missed_local_derivative",
-                      "This is v @ W: the derivative of tanh, 1 - tanh(W x)^2, is missing. Let autograd "
-                      "differentiate the whole f(x).",
-                      lambda s, r, args: _matches(s, args[2] @ args[0])),
+                      "This is the VJP of W @ x alone (the outer product of v and x): the derivative of tanh, "
+                      "1 - tanh(W x)^2, is missing. Let autograd differentiate the whole f.",
+                      lambda s, r, args: _matches(s, torch.outer(args[2], args[1]))),
+        Misconception("wrt_x",
+                      "This is the VJP with respect to x (the notebook's demo); the exercise asks for it with "
+                      "respect to W, so the answer has W's shape.",
+                      lambda s, r, args: _matches(s, _vjp_wrt_x(*args))),
     ),
     method=backward_calls(1),
     wrong_answers=(
@@ -93,6 +107,7 @@ register(Exercise(
         # One backward pass: the feedback is about the value.
         WrongAnswer(_vjp_with_ones, expect="ones_cotangent"),
         WrongAnswer(_vjp_without_tanh, expect="missed_local_derivative"),
+        WrongAnswer(_vjp_wrt_x, expect="wrt_x", note="the demo copied"),
         WrongAnswer(lambda W, x, v: -vjp_without_jacobian(W, x, v), expect="sign_flipped"),
         WrongAnswer(lambda W, x, v: (vjp_without_jacobian(W, x, v), None)[1], expect="none"),
     ),
