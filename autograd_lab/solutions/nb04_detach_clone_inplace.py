@@ -2,7 +2,7 @@
 
 import torch
 
-from autograd_lab.exercises import Exercise, Misconception, WrongAnswer, register
+from autograd_lab.exercises import Exercise, Misconception, WrongAnswer, no_data_attribute, register
 
 
 # --- 04.copy_choice -------------------------------------------------------------
@@ -265,6 +265,12 @@ def _sgd_ascent(params, lr):
             p.grad = None
 
 
+def _sgd_through_data(params, lr):
+    for p in params:
+        p.data.sub_(lr * p.grad)     # right numbers, but autograd never sees the write
+        p.grad = None
+
+
 def _unchanged(student, reference, args, *, student_run):
     return all(torch.equal(after, before) for before, after in zip(args[0], student_run.args_after[0]))
 
@@ -287,6 +293,7 @@ register(Exercise(
     reference=sgd_step,
     inputs=_sgd_step_inputs,
     compare=("args",),
+    method=no_data_attribute(),
     hints=(
         "The update must change the tensors in the list themselves: p = p - ... only rebinds a "
         "local name.",
@@ -318,5 +325,6 @@ register(Exercise(
         WrongAnswer(_sgd_keeps_grad, expect="grad_not_cleared", note=".grad not cleared"),
         WrongAnswer(_sgd_recorded, expect="error", note="in place on a leaf while recording"),
         WrongAnswer(_sgd_ascent, expect="gradient_ascent", note="gradient ascent"),
+        WrongAnswer(_sgd_through_data, expect="data_write", note="the silent .data update the lab warns about"),
     ),
 ))
