@@ -676,7 +676,7 @@ def test_uses_autograd_rejects_a_typed_formula_and_names_the_method():
 def test_method_facts_are_in_the_record_for_the_batch_grader():
     exercise = make(method=uses_autograd())
     record = observe(exercise, cube_grad, 0)
-    assert record["facts"] == {"engine_runs": 1, "silent_writes": 0}
+    assert record["facts"] == {"engine_runs": 1, "silent_writes": 0, "samplers_built": 0}
     assert observe(exercise, _cube_formula, 0)["facts"]["engine_runs"] == 0
     assert "facts" not in observe(make("99.plain"), cube_grad, 0)  # no method: the record is as before
     # judged outside the kernel from the record alone; a record without facts cannot pass
@@ -841,3 +841,20 @@ def test_backward_calls_can_depend_on_the_case():
     result = check("99.sample", lambda x, k: _two_micro_batches(x))
     assert result.misconception == "backward_calls"
     assert "asks for one backward pass per micro-batch" in result.messages[0]
+
+
+def test_building_a_distributed_sampler_is_a_recorded_fact():
+    from torch.utils.data import DistributedSampler
+
+    def by_hand(n):
+        return torch.arange(n)[0::2].double()
+
+    def through_sampler(n):
+        return torch.tensor(list(DistributedSampler(range(n), num_replicas=2, rank=0, shuffle=False))).double()
+
+    from autograd_lab._checking.facts import watch
+    for answer, built in ((by_hand, 0), (through_sampler, 1)):
+        with watch([]) as watched:
+            answer(6)
+        assert watched.facts["samplers_built"] == built
+    assert DistributedSampler.__init__.__name__ == "__init__"     # restored after the watch

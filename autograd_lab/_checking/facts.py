@@ -15,6 +15,8 @@ judges them in its own process, like the values.
   through ``.data``, which autograd cannot see (``.data`` is a new tensor with
   its own counter).  An in-place op on the tensor itself, even under
   ``torch.no_grad()``, or on its ``.detach()`` (which shares the counter), bumps it.
+* ``samplers_built``: how many ``torch.utils.data.DistributedSampler`` objects the
+  answer built, for a prompt that asks to write the sharding by hand.
 * ``largest_numel``: the most elements of any tensor an op produced, backward
   included, and ``largest_input_numel``, the most elements of a tensor argument
   (only when a method asks for them: the first needs a dispatch mode, which
@@ -27,7 +29,7 @@ import torch
 from torch.autograd.variable import Variable
 from torch.utils._python_dispatch import TorchDispatchMode
 
-FACTS = ("engine_runs", "silent_writes", "largest_numel", "largest_input_numel")
+FACTS = ("engine_runs", "silent_writes", "samplers_built", "largest_numel", "largest_input_numel")
 
 
 class _CountingEngine:
@@ -67,6 +69,28 @@ def _tensors(value):
     return []
 
 
+class _CountingSamplers:
+    """Counts ``DistributedSampler`` constructions while installed (subclasses included)."""
+
+    def __init__(self):
+        from torch.utils.data import DistributedSampler
+        self._class, self._init, self.built = DistributedSampler, DistributedSampler.__init__, 0
+
+    def __enter__(self):
+        original = self._init
+
+        def counting_init(sampler, *args, **kwargs):
+            self.built += 1
+            original(sampler, *args, **kwargs)
+
+        self._class.__init__ = counting_init
+        return self
+
+    def __exit__(self, *exc_info):
+        self._class.__init__ = self._init
+        return False
+
+
 class Watch:
     """The facts of one call; filled in when the ``watch`` block ends."""
 
@@ -86,12 +110,14 @@ def watch(tensors, *, sizes=False):
     counter = _CountingEngine(engine)
     Variable._execution_engine = counter
     mode = _LargestOutput() if sizes else contextlib.nullcontext()
+    samplers = _CountingSamplers()
     try:
-        with mode:
+        with mode, samplers:
             yield result
     finally:
         Variable._execution_engine = engine
-        result.facts = {"engine_runs": counter.runs, "silent_writes": _silent_writes(before)}
+        result.facts = {"engine_runs": counter.runs, "silent_writes": _silent_writes(before),
+                        "samplers_built": samplers.built}
         if sizes:
             result.facts["largest_numel"] = mode.largest
             result.facts["largest_input_numel"] = max((t.numel() for t in tensors), default=0)

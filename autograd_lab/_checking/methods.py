@@ -71,6 +71,16 @@ def backward_calls(n, *, name=None):
         tag="backward_calls")
 
 
+def no_distributed_sampler():
+    """The sharding is written by hand: no ``DistributedSampler`` may be built to compute it."""
+    return Method(
+        name="sharding written by hand (no `DistributedSampler`)",
+        holds=lambda facts: facts.get("samplers_built", 0) == 0,
+        message=("your answer built a `DistributedSampler` and read its indices; the exercise asks you to "
+                 "compute them yourself, from the padding and the interleaving measured above."),
+        tag="used_sampler")
+
+
 def no_data_attribute():
     """No write through ``.data``: a tensor argument must not change behind autograd's back."""
     return Method(

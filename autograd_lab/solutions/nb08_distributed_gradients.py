@@ -7,7 +7,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from autograd_lab.ddp_scenarios import counting_allreduce
 from autograd_lab.distributed import single_process_group
-from autograd_lab.exercises import Exercise, Misconception, WrongAnswer, claims, register
+from autograd_lab.exercises import Exercise, Misconception, WrongAnswer, claims, no_distributed_sampler, register
 
 # --- 08.grad_scale --------------------------------------------------------------------
 
@@ -125,6 +125,11 @@ def _no_padding(n, world_size, rank):
     return list(range(n))[rank::world_size]
 
 
+def _through_the_sampler(n, world_size, rank):
+    from torch.utils.data import DistributedSampler
+    return list(DistributedSampler(range(n), num_replicas=world_size, rank=rank, shuffle=False))
+
+
 def _is_contiguous(student, reference, args):
     return isinstance(student, list) and len(student) > 1 and all(
         b - a == 1 for a, b in zip(student, student[1:]))
@@ -140,6 +145,7 @@ register(Exercise(
     answer_name="shard",
     reference=shard,
     inputs=_shard_inputs,
+    method=no_distributed_sampler(),
     hints=(
         "Compare with list(DistributedSampler(range(n), num_replicas=world_size, rank=rank, shuffle=False)).",
         "Every rank gets the same number of indices, ceil(n / world_size): the list is padded by "
@@ -160,6 +166,7 @@ register(Exercise(
     wrong_answers=(
         WrongAnswer(_contiguous, expect="contiguous"),
         WrongAnswer(_no_padding, expect="no_padding"),
+        WrongAnswer(_through_the_sampler, expect="used_sampler", note="the shortcut the prompt forbids"),
     ),
 ))
 
