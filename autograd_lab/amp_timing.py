@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from autograd_lab.gpu_records import Table, measurement
 from autograd_lab.memory import saved_tensors
 from autograd_lab.timing import time_it
 
@@ -74,3 +75,54 @@ def measure_precision(model, x, y, mode, *, repeat=5, device="cpu"):
     finally:
         torch.backends.cuda.matmul.allow_tf32 = previous_tf32
     return PrecisionRow(mode, seconds, x.shape[0] / seconds, saved.nbytes, peak)
+
+
+# --- on a GPU: the table notebook 05 shows, and benchmarks/gpu_record.py records ----------------
+
+GPU_CASES = {   # (width, depth, batch): where AMP's memory saving depends on what dominates
+    "weights dominate": (4096, 6, 256),
+    "activations dominate": (1024, 6, 32768),
+}
+
+
+def _gpu_mlp(width, depth, device):
+    layers = [m for _ in range(depth) for m in (torch.nn.Linear(width, width), torch.nn.ReLU())]
+    return torch.nn.Sequential(*layers, torch.nn.Linear(width, 10)).to(device)
+
+
+@measurement("amp_precisions")
+def gpu_precision_table(device, runs=5, repeat=5):
+    """Strict fp32, TF32, bf16 and fp16 on a matmul-heavy MLP, in both memory cases.
+
+    Each mode is measured ``runs`` times (each the median of ``repeat`` steps), so
+    the table gives the median step time and its spread over runs: one run cannot
+    rank bf16 against fp16.  ``facts`` holds the ratios notebook 05 asserts.
+    """
+    rows, medians = [], {}
+    for case, (width, depth, batch) in GPU_CASES.items():
+        torch.manual_seed(0)
+        model = _gpu_mlp(width, depth, device)
+        x = torch.randn(batch, width, device=device)
+        y = torch.randint(0, 10, (batch,), device=device)
+        for mode in MODES:
+            measured = [measure_precision(model, x, y, mode, repeat=repeat, device=device) for _ in range(runs)]
+            times = sorted(row.seconds for row in measured)
+            median = times[len(times) // 2]
+            peak = max(row.peak_bytes for row in measured)
+            medians[case, mode] = (median, peak)
+            rows.append([case, mode, median * 1e3, (times[-1] - times[0]) / median * 100, peak / 2**20])
+        del model, x, y
+        torch.cuda.empty_cache()
+    return Table(
+        columns=["case", "mode", "median step ms", "spread %", "peak MiB"], rows=rows,
+        facts={
+            "bf16_speedup_over_strict_fp32": _ratio(medians, "weights dominate", "fp32", "bf16", 0),
+            "bf16_speedup_over_tf32": _ratio(medians, "weights dominate", "tf32", "bf16", 0),
+            "bf16_peak_over_fp32_weights": _ratio(medians, "weights dominate", "bf16", "fp32", 1),
+            "bf16_peak_over_fp32_activations": _ratio(medians, "activations dominate", "bf16", "fp32", 1),
+        },
+        note=f"{runs} runs of {repeat} timed steps per mode; spread = (slowest - fastest) / median.")
+
+
+def _ratio(medians, case, top, bottom, index):
+    return medians[case, top][index] / medians[case, bottom][index]
