@@ -133,16 +133,23 @@ if __name__ == "__main__":
 def test_lab_08_leaves_no_temporary_folder_behind(tmp_path):
     # What notebook 08 does: launches (forkserver, its socket folder) and a group of one (08.no_sync_loop).
     import os
+    import shutil
     import subprocess
     import sys
+    import tempfile
+    from pathlib import Path
 
     script = tmp_path / "lab08.py"
     script.write_text(_LEAVES_NOTHING)
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
+    # A short folder, not tmp_path: the forkserver's socket lives under TMPDIR, and a Unix
+    # socket path longer than 107 bytes cannot be bound (pytest's tmp_path under CI is).
+    scratch = Path(tempfile.mkdtemp(prefix="l08-", dir="/tmp"))
     env = {**os.environ, "TMPDIR": str(scratch), "OMP_NUM_THREADS": "1"}
-    subprocess.run([sys.executable, str(script)], check=True, env=env, timeout=300)
+    try:
+        subprocess.run([sys.executable, str(script)], check=True, env=env, timeout=300)
+        left = sorted(path.name for path in scratch.iterdir() if not path.name.startswith("torchinductor_"))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     # torch._dynamo (DDP imports it) makes one shared cache folder per user, reused by every
-    # run: not a per-run leftover. Anything else (autograd-lab-*, pymp-*) would be.
-    left = sorted(path.name for path in scratch.iterdir() if not path.name.startswith("torchinductor_"))
+    # run: not a per-run leftover (filtered above). Anything else (autograd-lab-*, pymp-*) would be.
     assert left == []
