@@ -119,8 +119,6 @@ def test_check_feedback_renders_as_html_not_text(ran):
     assert "autograd-lab-box" not in texts and "<div" not in texts  # no markup shown as text
 
 
-@pytest.mark.xfail(strict=True, reason="_checking/display.py escapes feedback instead of rendering its Markdown "
-                   "(docs/contracts.md §5); remove this mark when it renders `code` as <code>")
 def test_check_feedback_markdown_is_rendered(ran):
     page = ran["01_dynamic_graph.ipynb"]
     feedback = " ".join(page.locator(".jp-OutputArea-output .autograd-lab-box").all_inner_texts())
