@@ -143,6 +143,77 @@ def test_vmap_note_does_not_ask_for_requires_grad():
     assert notes and "vmap" in notes[0] and "requires_grad=True" not in notes[0]
 
 
+def _constants(graph):
+    return [n for n in graph.nodes if n.kind == "constant"]
+
+
+def _forward(inputs, weight):
+    return (inputs * weight).sum()   # the caller's name, not `inputs`, is what the picture shows
+
+
+def test_the_callers_input_keeps_its_name_through_the_saved_attribute():
+    w = torch.randn(3, requires_grad=True)
+    batch = torch.randn(3) * 2          # a non-leaf that needs no grad: MulBackward0 saves it as self
+    [x] = _constants(draw(_forward(batch, w)))
+    assert x.name == "batch" and x.arg == "self" and x.label.startswith("batch (3,)")
+    [x] = _constants(draw(_forward(batch, w), params={"x": batch}))
+    assert x.name == "x" and x.label.startswith("x (3,)")
+
+
+def test_x_is_named_when_the_op_saved_fewer_tensors_than_it_has_constants():
+    """addmm saves mat1 but not its bias: matching by count named neither (1 saved, 2 constants)."""
+    bias, x, weight = torch.randn(2), torch.randn(4, 3), torch.randn(3, 2, requires_grad=True)
+    constants = {n.arg: n for n in _constants(draw(torch.addmm(bias, x, weight).sum()))}
+    assert constants["mat1"].name == "x" and constants["mat1"].label.startswith("x (4, 3)")
+    assert constants["self"].name is None and constants["self"].label == "self\nno grad"
+
+
+def test_unnamed_saved_inputs_are_labelled_by_their_attribute():
+    b = torch.randn(3, 2, requires_grad=True)
+    [first] = _constants(draw(torch.mm(torch.randn(2, 3), b).sum()))
+    assert first.name is None and first.label.startswith("self (2, 3)")
+    a = torch.randn(2, 3, requires_grad=True)
+    g = draw(torch.mm(a, torch.randn(3, 2)).sum(), show_saved=True)
+    [second] = _constants(g)
+    assert second.label.startswith("mat2 (3, 2)")
+    # only mat2 is saved (a's gradient needs it): the constant and the saved box say the same name
+    assert [n.label.splitlines()[0] for n in g.nodes if n.kind == "saved"] == ["saved mat2"]
+    assert "self (2, 3)" in draw(torch.mm(torch.randn(2, 3), b).sum(), view="tensor").source
+
+
+def test_a_saved_output_keeps_its_name_and_a_detached_copy_does_not_borrow_it():
+    w = torch.randn(3, requires_grad=True)
+    h = torch.tanh(w)                   # TanhBackward0 saves its result: unpacked, a new object
+    [saved] = [n for n in draw(h.sum(), show_saved=True).nodes if n.kind == "saved"]
+    assert saved.label.splitlines()[-1] == "= h"
+    [copy] = _constants(draw((h.detach() * w).sum()))   # same memory, but no grad_fn
+    assert copy.name is None and copy.arg == "self"
+
+
+def test_a_hooked_constant_is_named_by_its_argument_without_running_the_hook():
+    unpacked = []
+
+    def unpack(t):
+        unpacked.append(t.shape)
+        return t
+
+    w, x = torch.randn(3, 2, requires_grad=True), torch.randn(2, 3)
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, unpack):
+        y = torch.mm(x, w).sum()
+    [constant] = _constants(draw(y))
+    if describe.can_tell_hooks():   # torch 2.5 cannot tell a hooked tensor and reads it as before
+        assert unpacked == [] and constant.label == "self\nno grad"
+    [constant] = _constants(draw(y, show_saved=True))
+    assert constant.name == "x"
+
+
+def test_a_schema_the_saved_tensors_contradict_is_not_used():
+    """where's mask is a tensor argument but no input: its overloads must not name the slots."""
+    w, x = torch.randn(3, requires_grad=True), torch.randn(3)
+    [constant] = _constants(draw(torch.where(x > 0, x, w).sum()))
+    assert constant.arg is None and constant.label == "constant\nno grad"
+
+
 def test_one_node_is_singular():
     w = torch.randn(2, requires_grad=True)
     loss = (w * 2).sum()

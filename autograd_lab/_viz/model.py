@@ -28,6 +28,7 @@ class Node:
     value: str | None = None   # the tensor's value (small) or shape and norm, when known
     grad: str | None = None    # "grad: ..." when known (leaves, retain_grad tensors)
     use: tuple | None = None   # (k, n): copy k of a leaf drawn once per use, n uses in all
+    arg: str | None = None     # constants: the op's argument they fill ("self", "mat2"), when known
 
     def signature(self):
         """What makes two nodes 'the same' when comparing graphs (no values, no ids).

@@ -55,14 +55,37 @@ class Names:
         entry = self._tensors.get(id(tensor))
         return entry[0] if entry and entry[1] is tensor else None
 
+    def saved_name(self, tensor):
+        """The caller's name for a tensor read back from ``grad_fn._saved_<name>``.
+
+        A saved input unpacks to the caller's very tensor, so identity finds it.  A saved
+        output (``result``) unpacks to a new tensor object on the same memory, with the
+        same grad_fn and output number: that is the caller's tensor too.  A detached copy
+        shares the memory but has no grad_fn, so it never borrows the name.
+        """
+        name = self.tensor_name(tensor)
+        if name is not None or tensor.grad_fn is None:
+            return name
+        name, held = self._outputs.get(tensor.grad_fn, (None, None))
+        return name if held is not None and _same_output(held, tensor) else None
+
     def output(self, fn):
         """(name, tensor) of the variable holding ``fn``'s output, or (None, None)."""
         return self._outputs.get(fn, (None, None))
 
 
+def _same_output(held, tensor):
+    try:
+        return (held.output_nr == tensor.output_nr and held.data_ptr() == tensor.data_ptr()
+                and held.shape == tensor.shape and held._version == tensor._version)
+    except Exception:  # noqa: BLE001 - nested or fake tensors have no data pointer: no name
+        return False
+
+
 def _is_user_name(name):
-    # IPython keeps outputs in _, __, _7, Out...; they are not the student's names.
-    return not name.startswith("_") and name not in ("In", "Out")
+    # IPython keeps outputs in _, __, _7, Out...; pytest's rewritten asserts keep
+    # operands in @py_assert1...: none of them is the student's name.
+    return name.isidentifier() and not name.startswith("_") and name not in ("In", "Out")
 
 
 def caller_namespace():

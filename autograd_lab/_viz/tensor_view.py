@@ -31,7 +31,7 @@ def tensor_label(node):
     """name, shape, then data and grad when known: what micrograd shows on every node."""
     default = {"leaf": "leaf", "constant": "constant", "tensor": "tensor"}.get(node.kind, "")
     shape = shape_text(node.shape) if node.shape is not None else ""
-    lines = [f"{node.name or default} {shape}".strip()]
+    lines = [f"{node.name or node.arg or default} {shape}".strip()]
     if node.value:
         lines.append("data " + node.value)
     if node.grad:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from . import describe, recorder
+from . import describe, inputs, recorder
 from .model import Model, Node
 
 HOOKED_NOTE = ("Saved tensors with unpack hooks (activation checkpointing, offloading) were not read: "
@@ -61,7 +61,7 @@ class _Walker:
         self.model = Model()
         self.result = WalkResult(self.model)
         self.queue = deque()          # (fn or None, consumer id, input number)
-        self.constants = {}           # (consumer id, input number) -> tensor, when known
+        self.constants = {}           # (consumer id, input number) -> inputs.Input
         self.parents = {}             # node id -> grad_fn whose backward created it
         self.absent = set()           # (consumer id, input number) of optional inputs given as None
 
@@ -129,15 +129,20 @@ class _Walker:
         return limit is not None and len(self.model.nodes) >= limit
 
     def constant_node(self, key):
-        tensor = self.constants.get(key)
-        if tensor is None:
-            return self.new_node("constant", "constant\nno grad", state="nograd")
-        name = self.names.tensor_name(tensor)
-        value = describe.values_text(tensor)
-        shown = f"\n= {value}" if tensor.numel() <= describe.SMALL else ""
-        label = f"{name or 'constant'} {describe.shape_text(tensor.shape)}{shown}\nno grad"
-        return self.new_node("constant", label, name=name, shape=tuple(tensor.shape), state="nograd",
-                             value=value)
+        """A constant input, named by the caller's variable, else by the op's argument (``mat2``)."""
+        found = self.constants.get(key)
+        arg = found.arg if found else None
+        if found is None or found.tensor is None or self.past_limit():
+            return self.new_node("constant", f"{arg or 'constant'}\nno grad", arg=arg, state="nograd")
+        tensor = found.tensor
+        name = self.names.saved_name(tensor)
+        # The value is shown only when small; a norm of a large input is for the tensor view.
+        small = tensor.numel() <= describe.SMALL
+        value = describe.values_text(tensor) if small or self.options.values else None
+        shown = f"\n= {value}" if small else ""
+        label = f"{name or arg or 'constant'} {describe.shape_text(tensor.shape)}{shown}\nno grad"
+        return self.new_node("constant", label, name=name, arg=arg, shape=tuple(tensor.shape),
+                             state="nograd", value=value)
 
     def op_node(self, fn):
         absent = describe.absent_inputs(fn)
@@ -212,7 +217,7 @@ class _Walker:
             lines = [f"saved {s.name}"]
             if s.tensor is not None:
                 lines.append(describe.tensor_text(s.tensor))
-                known = self.names.tensor_name(s.tensor)
+                known = self.names.saved_name(s.tensor)
                 if known:
                     lines.append("= " + known)
             lines.append({"ok": "", "freed": "freed", "stale": f"STALE ({s.detail})",
@@ -223,17 +228,9 @@ class _Walker:
             self.edge(node.id, op_id, "saved")
 
     def match_constants(self, fn, op_id, saved, absent=()):
-        """Pair inputs that need no gradient with the saved tensors that need none, when unambiguous.
-
-        An absent optional input (a None bias) is no tensor, so it does not count:
-        otherwise one None bias would leave the real input ``x`` unnamed."""
-        missing = [i for i, (nf, _) in enumerate(fn.next_functions) if nf is None and i not in absent]
-        # A bool mask (torch.where) is saved but is never one of the op's inputs.
-        plain = [s.tensor for s in saved if s.tensor is not None and not s.tensor.requires_grad
-                 and s.tensor.dtype != torch.bool]
-        if missing and len(missing) == len(plain):
-            for i, tensor in zip(missing, plain):
-                self.constants[(op_id, i)] = tensor
+        """Pair each input that has no grad_fn with the saved tensor of its argument (see inputs.py)."""
+        for i, found in inputs.constant_inputs(fn, saved, absent).items():
+            self.constants[(op_id, i)] = found
 
     # -- traversal ---------------------------------------------------------
     def run(self):
