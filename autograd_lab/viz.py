@@ -190,7 +190,9 @@ def trace_backward(*roots, gradient=None, retain_graph=None, create_graph=False,
     """
     tensors = [t for _, t in _flatten_roots(roots, "trace_backward")]
     names = naming.build_names(params=params, namespace=naming.caller_namespace())
-    roots, options = [(None, t) for t in tensors], Options(strip_suffix=strip_suffix)
+    # Frames are truncated to max_nodes like draw's picture: label only what they can show.
+    roots = [(None, t) for t in tensors]
+    options = Options(strip_suffix=strip_suffix, label_limit=max_nodes)
     before = walk(roots, names, options)
     record = record_backward(tensors, gradient=gradient, retain_graph=retain_graph,
                              create_graph=create_graph)

@@ -222,6 +222,40 @@ def test_one_node_is_singular():
     assert "the other one is summarised" in g.notes[-1]
 
 
+# -- speed: work only for what is drawn ---------------------------------------------
+def _counting(monkeypatch, name):
+    calls = []
+    original = getattr(describe, name)
+    monkeypatch.setattr(describe, name, lambda *a, **k: calls.append(1) or original(*a, **k))
+    return calls
+
+
+def test_only_nodes_that_can_be_drawn_are_labelled(monkeypatch):
+    """Counted, not timed: output_shapes runs once per labelled op (a 300-op chain, max_nodes=20)."""
+    from autograd_lab import trace_backward
+    w = torch.randn(4, requires_grad=True)
+    h = w
+    for _ in range(150):
+        h = torch.tanh(h) * 2
+    labelled = _counting(monkeypatch, "output_shapes")
+    draw(h.sum(), max_nodes=20)
+    assert 0 < len(labelled) <= 20
+    labelled.clear()
+    trace_backward(h.sum(), max_nodes=20)   # two walks (before and after the backward)
+    assert 0 < len(labelled) <= 40
+
+
+def test_the_grad_fn_view_takes_no_norm_of_parameters_or_large_inputs(monkeypatch):
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+    loss = model(torch.randn(32, 64)).sum()
+    described = _counting(monkeypatch, "values_text")
+    draw(loss, params=dict(model.named_parameters()))
+    assert len(described) == 1           # the root's value, which its label shows
+    described.clear()
+    draw(loss, params=dict(model.named_parameters()), view="tensor")
+    assert len(described) > 4            # the tensor view shows every tensor's data
+
+
 # -- both themes -----------------------------------------------------------------
 def test_background_is_transparent_and_every_node_is_filled():
     w = torch.randn(2, requires_grad=True)
