@@ -171,8 +171,10 @@ def _public_exercises(build):
     return specs
 
 
-def test_every_bank_answer_fails_in_the_release_and_most_keep_their_misconception(build):
+def test_every_bank_answer_fails_in_the_release_and_most_keep_their_misconception(build, monkeypatch):
     """The measurement behind docs/instructors.md: the bank, judged by self-study and by the release."""
+    for name in ("CI", "AUTOGRAD_LAB_STRICT"):   # strict mode would raise on the first wrong answer
+        monkeypatch.delenv(name, raising=False)
     released = _public_exercises(build)
     same, different, unchecked = [], [], []
     for exercise in exercises.all_exercises():
