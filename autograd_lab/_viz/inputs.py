@@ -104,14 +104,20 @@ def _schema_tensor_arguments(class_name):
         if packet is None:
             continue
         for overload in packet.overloads():
-            schema = getattr(packet, overload)._schema
-            if schema.is_mutable or any(a.is_out for a in schema.arguments):
-                continue
-            types = [str(a.type) for a in schema.arguments]
-            if any("Tensor" in t and "[]" in t for t in types):
-                continue
-            found.append(tuple(a.name for a, t in zip(schema.arguments, types) if "Tensor" in t))
+            names = _tensor_arguments(getattr(packet, overload)._schema)
+            if names is not None:
+                found.append(names)
     return found
+
+
+def _tensor_arguments(schema):
+    """Names of a functional schema's tensor arguments, in order; None for out=, in-place or list ones."""
+    if getattr(schema, "is_mutable", False) or any(getattr(a, "is_out", False) for a in schema.arguments):
+        return None
+    types = [str(a.type) for a in schema.arguments]
+    if any("Tensor" in t and "[]" in t for t in types):
+        return None
+    return tuple(a.name for a, t in zip(schema.arguments, types) if "Tensor" in t)
 
 
 def _packet(name):
