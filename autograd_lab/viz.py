@@ -161,6 +161,11 @@ def draw(*roots, params=None, view="grad_fn", show_saved=False, show_attrs=False
     shared leaf, ``False`` none.  ``layout_timeout``: seconds graphviz may
     take before the picture falls back to text with a message.
 
+    An input that needs no grad (a constant) is matched to the op's saved tensor of
+    the same argument (``MmBackward0``'s input 1 is ``_saved_mat2``), so it carries
+    your variable's name, or else the argument's (``self``, ``mat2``); an op that did
+    not save it shows the argument name alone.
+
     ``draw`` has no side effects: a saved tensor with an unpack hook (activation
     checkpointing) is read only with ``show_saved=True``, since reading it runs the
     hook, which may rerun the forward; a hook that raises makes that tensor
