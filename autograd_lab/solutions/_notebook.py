@@ -24,6 +24,20 @@ def notebook_definitions(stem):
             tree = ast.parse(cell.source)
         except SyntaxError:          # a cell with IPython magics defines nothing we need
             continue
-        body = [node for node in tree.body if isinstance(node, _DEFINITIONS)]
-        exec(compile(ast.Module(body=body, type_ignores=[]), f"{stem}.ipynb", "exec"), namespace)
+        for node in tree.body:
+            if isinstance(node, _DEFINITIONS):
+                _run(node, stem, namespace)
     return namespace
+
+
+def _run(node, stem, namespace):
+    code = compile(ast.Module(body=[node], type_ignores=[]), f"{stem}.ipynb", "exec")
+    if not isinstance(node, ast.Assign):
+        exec(code, namespace)
+        return
+    try:
+        exec(code, namespace)
+    except Exception:
+        # A demo's result (``store["relu"]`` after a loop we did not run) is not a
+        # definition: the experiments need the functions and constants, not demo values.
+        pass
