@@ -110,11 +110,14 @@ register(Exercise(
 # --- 07.coverage --------------------------------------------------------------------
 
 def coverage(model, optimizer):
-    optimised = {id(p) for group in optimizer.param_groups for p in group["params"]}  # identity, not ==
+    held = [p for group in optimizer.param_groups for p in group["params"]]
+    optimised = {id(p) for p in held}                        # identity, not ==
     named = list(model.named_parameters())
+    in_model = {id(p) for _, p in named}
     return {
         "missing": [name for name, p in named if p.requires_grad and id(p) not in optimised],
         "frozen": [name for name, p in named if not p.requires_grad and id(p) in optimised],
+        "stale": sum(1 for p in held if id(p) not in in_model),
     }
 
 
@@ -126,27 +129,56 @@ def _coverage_inputs(seed, hidden):
     model[left_out].bias.requires_grad_(False)       # frozen and not optimised: fine
     model[frozen_inside].weight.requires_grad_(False)  # frozen but optimised: reported
     params = [p for i, layer in enumerate(model) if i != left_out for p in layer.parameters()]
-    return model, torch.optim.SGD(params, lr=0.1)
+    optimizer = torch.optim.SGD(params, lr=0.1)
+    if seed % 3 != 2:                                # a layer replaced after the optimizer was built
+        replaced = next(i for i in torch.randperm(len(model), generator=generator).tolist() if i != left_out)
+        model[replaced] = nn.Linear(model[replaced].in_features, model[replaced].out_features)
+    return model, optimizer
+
+
+def _stale_count(model, optimizer):
+    in_model = {id(p) for p in model.parameters()}
+    return sum(1 for group in optimizer.param_groups for p in group["params"] if id(p) not in in_model)
+
+
+def _package_only(model, optimizer):
+    # optimizer_coverage answers missing and frozen; it never looks for tensors outside the model.
+    from autograd_lab.grad_report import optimizer_coverage
+    return dict(optimizer_coverage(model, optimizer), stale=0)
+
+
+def _package_without_stale(model, optimizer):
+    from autograd_lab.grad_report import optimizer_coverage
+    return optimizer_coverage(model, optimizer)
+
+
+def _stale_layers(model, optimizer):
+    # Near miss: counts the replaced layers, not their tensors (1, not 2). Not "stale ignored".
+    from autograd_lab.grad_report import optimizer_coverage
+    return dict(optimizer_coverage(model, optimizer), stale=_stale_count(model, optimizer) // 2)
 
 
 def _by_requires_grad_only(model, optimizer):
-    return {"missing": [], "frozen": [name for name, p in model.named_parameters() if not p.requires_grad]}
+    return {"missing": [], "frozen": [name for name, p in model.named_parameters() if not p.requires_grad],
+            "stale": _stale_count(model, optimizer)}
 
 
 def _frozen_counted_missing(model, optimizer):
     optimised = {id(p) for group in optimizer.param_groups for p in group["params"]}
     return {"missing": [name for name, p in model.named_parameters() if id(p) not in optimised],
-            "frozen": [name for name, p in model.named_parameters() if not p.requires_grad and id(p) in optimised]}
+            "frozen": [name for name, p in model.named_parameters() if not p.requires_grad and id(p) in optimised],
+            "stale": _stale_count(model, optimizer)}
 
 
 def _membership_by_value(model, optimizer):
     params = [p for group in optimizer.param_groups for p in group["params"]]
     return {"missing": [name for name, p in model.named_parameters() if p.requires_grad and p not in params],
-            "frozen": [name for name, p in model.named_parameters() if not p.requires_grad and p in params]}
+            "frozen": [name for name, p in model.named_parameters() if not p.requires_grad and p in params],
+            "stale": _stale_count(model, optimizer)}
 
 
 def _lists(student):
-    return isinstance(student, dict) and set(student) == {"missing", "frozen"}
+    return isinstance(student, dict) and set(student) == {"missing", "frozen", "stale"}
 
 
 def _ignores_groups(student, reference, args):
@@ -158,16 +190,23 @@ def _frozen_as_missing(student, reference, args):
             and set(student["missing"]) > set(reference["missing"]))
 
 
+def _stale_ignored(student, reference, args):
+    return (_lists(student) and student["missing"] == reference["missing"]
+            and student["frozen"] == reference["frozen"] and student["stale"] == 0 and reference["stale"] > 0)
+
+
 register(Exercise(
     id="07.coverage",
-    title="Which parameters does the optimizer miss?",
+    title="Which parameters does the optimizer miss, and what does it hold that the model lost?",
     answer_name="coverage",
     reference=coverage,
     inputs=_coverage_inputs,
     hints=(
-        "Collect the parameters of every group: [p for group in optimizer.param_groups for p in group['params']].",
-        "Compare tensors by identity (id(p)); `p in some_list` compares values and raises for tensors.",
-        "missing: requires_grad and not in the optimizer. frozen: not requires_grad and in the optimizer.",
+        "Collect the tensors of every group: [p for group in optimizer.param_groups for p in group['params']].",
+        "Compare tensors by identity (id(p)); `p in some_list` compares values, and raises or is silently "
+        "wrong for tensors.",
+        "missing: requires_grad and not in the optimizer. frozen: not requires_grad and in the optimizer. "
+        "stale: tensors of the optimizer whose id is not the id of any parameter of the model.",
     ),
     misconceptions=(
         Misconception("ignores_param_groups",
@@ -178,11 +217,20 @@ register(Exercise(
                       "A frozen parameter (requires_grad=False) that the optimizer does not hold is not "
                       "missing: it is not meant to train. Only trainable parameters can be missing.",
                       _frozen_as_missing),
+        Misconception("stale_ignored",
+                      "Your 'missing' and 'frozen' lists are right, but 'stale' is 0 while the optimizer holds "
+                      "tensors that are no longer parameters of the model (a layer was replaced after the "
+                      "optimizer was built). Count the tensors of the param groups whose id is not the id of "
+                      "a parameter of the model.",
+                      _stale_ignored),
     ),
     wrong_answers=(
         WrongAnswer(_by_requires_grad_only, expect="ignores_param_groups"),
         WrongAnswer(_frozen_counted_missing, expect="frozen_counted_missing"),
         WrongAnswer(_membership_by_value, expect="error", note="`p in list` compares values"),
+        WrongAnswer(_package_only, expect="stale_ignored", note="optimizer_coverage, stale left at 0"),
+        WrongAnswer(_package_without_stale, expect="structure", note="optimizer_coverage alone: no 'stale'"),
+        WrongAnswer(_stale_layers, expect="wrong_value", note="near miss: layers counted, not tensors"),
     ),
 ))
 
@@ -259,8 +307,10 @@ register(Exercise(
     ),
     misconceptions=(
         Misconception("forward_only",
-                      "The forward value can be finite while backward makes NaN (sqrt at 0 has an infinite "
-                      "slope; 0 * inf is NaN). Run backward under torch.autograd.detect_anomaly() instead.",
+                      "Backward does produce NaN in this case, and a look at the forward value cannot "
+                      "tell where: it can be finite while backward makes NaN (sqrt at 0 has an infinite "
+                      "slope; 0 * inf is NaN). Run backward under torch.autograd.detect_anomaly() and "
+                      "return the name it raises with.",
                       _blames_forward),
         Misconception("wrong_node",
                       "You named a backward node, but not the one that produced the NaN. The last op of the "
