@@ -676,7 +676,8 @@ def test_uses_autograd_rejects_a_typed_formula_and_names_the_method():
 def test_method_facts_are_in_the_record_for_the_batch_grader():
     exercise = make(method=uses_autograd())
     record = observe(exercise, cube_grad, 0)
-    assert record["facts"] == {"engine_runs": 1, "silent_writes": 0, "samplers_built": 0}
+    assert record["facts"] == {"engine_runs": 1, "silent_writes": 0, "samplers_built": 0,
+                               "tiny_engine_runs": 0, "tiny_backwards": {}}
     assert observe(exercise, _cube_formula, 0)["facts"]["engine_runs"] == 0
     assert "facts" not in observe(make("99.plain"), cube_grad, 0)  # no method: the record is as before
     # judged outside the kernel from the record alone; a record without facts cannot pass
@@ -858,3 +859,60 @@ def test_building_a_distributed_sampler_is_a_recorded_fact():
             answer(6)
         assert watched.facts["samplers_built"] == built
     assert DistributedSampler.__init__.__name__ == "__init__"     # restored after the watch
+
+
+def _tiny_tanh(label):
+    """d/dx [tanh(x) x] by the tiny engine, its tanh node labelled ``label``; ``one_graph``: one backward for all."""
+    import math
+
+    from autograd_lab.tiny_engine import Value
+
+    def tanh(a):
+        out = Value(math.tanh(a.data), (a,), label)
+
+        def _backward():
+            a.grad += (1 - out.data ** 2) * out.grad
+        out._backward = _backward
+        return out
+
+    def per_input(xs):
+        grads = []
+        for x in xs.tolist():
+            a = Value(x)
+            (tanh(a) * a).backward()
+            grads.append(a.grad)
+        return torch.tensor(grads, dtype=xs.dtype)
+
+    def one_graph(xs):
+        leaves = [Value(x) for x in xs.tolist()]
+        total = Value(0.0)
+        for a in leaves:
+            total = total + tanh(a) * a
+        total.backward()
+        return torch.tensor([a.grad for a in leaves], dtype=xs.dtype)
+    return per_input, one_graph
+
+
+def test_the_tiny_engine_method_counts_op_nodes_backpropagated_per_input():
+    from autograd_lab import release
+    from autograd_lab._checking.facts import watch
+    from autograd_lab.exercises import tiny_engine_op
+    from autograd_lab.tiny_engine import Value
+
+    per_input, one_graph = _tiny_tanh("tanh")
+    make(reference=per_input, method=tiny_engine_op("tanh"))
+    assert check("99.sample", per_input).status == "passed"
+    assert check("99.sample", one_graph).status == "passed"      # one backward over every input: still the engine
+    result = check("99.sample", _tiny_tanh("")[0])                  # the node not labelled: the prompt names it
+    assert result.misconception == "typed_formula" and "labelled `'tanh'`" in result.messages[0]
+    x = torch.tensor([0.5, -1.0], dtype=torch.float64)
+    with watch([x]) as watched:
+        a = Value(0.5)
+        out = a.exp()
+        out.backward()
+        out.backward()          # the same node twice counts once: distinct nodes, not calls
+    assert watched.facts["tiny_engine_runs"] == 2 and watched.facts["tiny_backwards"] == {"exp": 1, "": 1}
+    assert Value.backward.__qualname__ == "Value.backward" and out._backward.__name__ == "_backward"  # restored
+    # the release carries it as its factory and argument, rebuilt there
+    assert release.method_data("99.sample", tiny_engine_op("tanh")) == {"factory": "tiny_engine_op",
+                                                                        "kwargs": {"op": "tanh"}}

@@ -17,6 +17,12 @@ judges them in its own process, like the values.
   ``torch.no_grad()``, or on its ``.detach()`` (which shares the counter), bumps it.
 * ``samplers_built``: how many ``torch.utils.data.DistributedSampler`` objects the
   answer built, for a prompt that asks to write the sharding by hand.
+* ``tiny_engine_runs``: how many times the course's tiny engine
+  (``autograd_lab.tiny_engine``) ran ``Value.backward``, and ``tiny_backwards``:
+  ``{op: n}``, how many distinct ``Value`` nodes labelled ``op`` had their
+  ``_backward`` closure run by it (a node's ``op`` is the label its maker gave it:
+  ``Value(t, (a,), "tanh")``).  For a prompt that asks to extend the tiny engine:
+  a derivative typed as a formula, or taken by PyTorch's autograd, runs no such node.
 * ``largest_numel``: the most elements of any tensor an op produced, backward
   included, and ``largest_input_numel``, the most elements of a tensor argument
   (only when a method asks for them: the first needs a dispatch mode, which
@@ -29,7 +35,8 @@ import torch
 from torch.autograd.variable import Variable
 from torch.utils._python_dispatch import TorchDispatchMode
 
-FACTS = ("engine_runs", "silent_writes", "samplers_built", "largest_numel", "largest_input_numel")
+FACTS = ("engine_runs", "silent_writes", "samplers_built", "tiny_engine_runs", "tiny_backwards",
+         "largest_numel", "largest_input_numel")
 
 
 class _CountingEngine:
@@ -91,6 +98,59 @@ class _CountingSamplers:
         return False
 
 
+class _TinyEngineRuns:
+    """Counts the tiny engine's ``Value.backward`` calls and the nodes whose ``_backward`` they ran.
+
+    While installed, ``Value.backward`` wraps the ``_backward`` of every node of its graph
+    in a counter, runs the engine's own ``backward`` unchanged, and puts the closures back.
+    """
+
+    MAX_OPS = 20   # distinct labels kept: the facts stay small whatever the answer names its nodes
+
+    def __init__(self):
+        from autograd_lab import tiny_engine
+        self._engine, self._backward = tiny_engine, tiny_engine.Value.backward
+        self.runs, self._ran = 0, {}   # id -> node: the nodes are kept, so their ids stay unique
+
+    def __enter__(self):
+        watcher, original, engine = self, self._backward, self._engine
+
+        def backward(root):
+            watcher.runs += 1
+            own = [(node, getattr(node, "__dict__", {}).get("_backward")) for node in engine.topological_order(root)]
+            wrapped = [(node, inner) for node, inner in own if callable(inner)]
+            for node, inner in wrapped:
+                node._backward = watcher._counting(node, inner)
+            try:
+                return original(root)
+            finally:
+                for node, inner in wrapped:
+                    node._backward = inner
+
+        engine.Value.backward = backward
+        return self
+
+    def _counting(self, node, inner):
+        def run():
+            self._ran.setdefault(id(node), node)
+            return inner()
+        return run
+
+    def __exit__(self, *exc_info):
+        self._engine.Value.backward = self._backward
+        return False
+
+    def backwards(self):
+        """``{op: number of distinct nodes with that label whose _backward ran}``."""
+        counts = {}
+        for node in self._ran.values():
+            op = getattr(node, "op", "")
+            op = (op if isinstance(op, str) else repr(op))[:40]
+            if op in counts or len(counts) < self.MAX_OPS:
+                counts[op] = counts.get(op, 0) + 1
+        return counts
+
+
 class Watch:
     """The facts of one call; filled in when the ``watch`` block ends."""
 
@@ -111,13 +171,15 @@ def watch(tensors, *, sizes=False):
     Variable._execution_engine = counter
     mode = _LargestOutput() if sizes else contextlib.nullcontext()
     samplers = _CountingSamplers()
+    tiny = _TinyEngineRuns()
     try:
-        with mode, samplers:
+        with mode, samplers, tiny:
             yield result
     finally:
         Variable._execution_engine = engine
         result.facts = {"engine_runs": counter.runs, "silent_writes": _silent_writes(before),
-                        "samplers_built": samplers.built}
+                        "samplers_built": samplers.built, "tiny_engine_runs": tiny.runs,
+                        "tiny_backwards": tiny.backwards()}
         if sizes:
             result.facts["largest_numel"] = mode.largest
             result.facts["largest_input_numel"] = max((t.numel() for t in tensors), default=0)

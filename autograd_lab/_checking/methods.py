@@ -3,7 +3,7 @@
 ``Exercise(..., method=uses_autograd())`` makes ``check`` (and the batch grader)
 fail an answer that gets the right value the wrong way, with a message that
 names the method.  A ``Method`` is a name, a predicate on the recorded facts
-(``facts.FACTS``: ``engine_runs``, ``silent_writes``, ``largest_numel``) and the
+(``facts.FACTS``: ``engine_runs``, ``silent_writes``, ``tiny_backwards``, ``largest_numel``) and the
 message shown when the predicate is false.  The ready-made ones below cover the
 course; write another by giving the three fields.
 """
@@ -109,6 +109,29 @@ def no_jacobian(max_numel=None):
         message=(f"your answer built a tensor with {size}; compute the product with "
                  "`backward(v)` or `torch.autograd.grad(..., v)`, which never builds the Jacobian."),
         tag="jacobian", sizes=True)
+
+
+def tiny_engine_op(op):
+    """The result comes out of the tiny engine, through a node of the answer's own labelled ``op``.
+
+    For every element of the tensor arguments, the tiny engine's ``Value.backward`` ran the
+    ``_backward`` of a distinct ``Value`` labelled ``op`` (``Value(t, (a,), op)``): a
+    derivative typed as a formula, or taken from a torch function, runs none.
+    """
+    # The predicate's only free variable is ``op``: the release rebuilds it from this factory.
+    return Method(
+        name=f"the tiny engine's backward pass through your `{op}` node",
+        holds=lambda facts, args: facts["tiny_backwards"].get(op, 0) >= _elements(args),
+        message=(f"your answer did not run the tiny engine's `backward()` through a `Value` labelled "
+                 f"`'{op}'` for each input, so its numbers came from somewhere else (a formula typed in, or "
+                 f"a torch function), not from the engine. Build `out = Value(t, (a,), '{op}')` with its "
+                 "`_backward` closure, and call `.backward()` on the tiny engine's result for each input."),
+        tag="typed_formula")
+
+
+def _elements(args):
+    """How many numbers the tensor arguments hold together."""
+    return sum(arg.numel() for arg in args if hasattr(arg, "numel"))
 
 
 def broken(methods, facts, args=()):

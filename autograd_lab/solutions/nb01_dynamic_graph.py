@@ -8,7 +8,8 @@ import math
 
 import torch
 
-from autograd_lab.exercises import Exercise, Misconception, WrongAnswer, claims, register
+from autograd_lab.exercises import (Exercise, Method, Misconception, WrongAnswer, claims, register,
+                                    tiny_engine_op)
 from autograd_lab.memory import saved_tensors
 from autograd_lab.solutions._mutants import mutant
 from autograd_lab.tiny_engine import Value
@@ -286,6 +287,39 @@ def _overwrote(student, reference, args):
     return _matches(student, local * args[0])  # a.grad = ... threw away the mul path's t
 
 
+def _tanh_by_torch_autograd(xs):
+    """A shortcut the prompt rules out: PyTorch's autograd on torch.tanh, the tiny engine never runs."""
+    x = xs.detach().clone().requires_grad_()
+    (torch.tanh(x) * x).sum().backward()
+    return x.grad
+
+
+def _tanh_formula_typed(xs):
+    """The other shortcut: d/dx [tanh(x) x] = tanh(x) + x (1 - tanh(x)^2), typed in; no engine at all."""
+    t = torch.tanh(xs)
+    return t + xs * (1 - t ** 2)
+
+
+def _tanh_graph_without_backward(xs):
+    """The graph is built with a 'tanh' node, but the derivative is typed, not backpropagated."""
+    grads = []
+    for x in xs.tolist():
+        a = Value(x)
+        t = Value(math.tanh(x), (a,), "tanh")
+        t * a  # built, never backpropagated
+        grads.append(t.data + x * (1 - t.data ** 2))
+    return torch.tensor(grads, dtype=xs.dtype)
+
+
+NOT_TORCH_AUTOGRAD = Method(
+    name="the tiny engine, not PyTorch's autograd",
+    holds=lambda facts: facts["engine_runs"] == 0,
+    message=("your answer ran PyTorch's autograd (`backward()` on a tensor, or `torch.autograd.grad`), so the "
+             "derivative came from PyTorch, not from the tanh you were to give the tiny engine. Build "
+             "`Value` nodes and call the tiny engine's `backward()` instead."),
+    tag="used_autograd")
+
+
 register(Exercise(
     id="01.tiny_tanh",
     title="Give the tiny engine a tanh",
@@ -293,6 +327,8 @@ register(Exercise(
     reference=tiny_tanh_grads,
     inputs=_tanh_inputs,
     setup=_engine_names,
+    # Checked on what ran: the tiny engine's backward through a 'tanh' node per input, and no torch autograd.
+    method=(NOT_TORCH_AUTOGRAD, tiny_engine_op("tanh")),
     hints=(
         "Copy the shape of Value.exp: compute t = math.tanh(a.data), build out = Value(t, (a,), 'tanh'), "
         "define _backward, attach it with out._backward = _backward, return out.",
@@ -315,6 +351,11 @@ register(Exercise(
         WrongAnswer(_wrong_tanh("a.grad += (1 - t * t)"), expect="forgot_chain"),
         WrongAnswer(_wrong_tanh("a.grad = (1 - t * t) * out.grad"), expect="overwrote_grad"),
         WrongAnswer(_wrong_tanh("a.grad += (1 + t * t) * out.grad"), expect="wrong_value"),
-        WrongAnswer(lambda xs: None, expect="none"),
+        WrongAnswer(mutant(tiny_tanh_grads, "return torch.tensor(grads, dtype=xs.dtype)",
+                           "grads = torch.tensor(grads, dtype=xs.dtype)"), expect="none", note="no return"),
+        # The shortcuts the prompt rules out: the right numbers without the tiny engine.
+        WrongAnswer(_tanh_by_torch_autograd, expect="used_autograd", note="torch autograd on torch.tanh"),
+        WrongAnswer(_tanh_formula_typed, expect="typed_formula", note="the derivative typed as a formula"),
+        WrongAnswer(_tanh_graph_without_backward, expect="typed_formula", note="tanh node built, no backward"),
     ),
 ))
