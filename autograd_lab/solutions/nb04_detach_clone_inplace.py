@@ -160,6 +160,12 @@ def _squash_detached(x):
     return y * x
 
 
+def _squash_under_no_grad(x):
+    with torch.no_grad():
+        y = torch.sigmoid(x) * 2 - 1   # no detach() anywhere, but y is just as constant
+    return y * x
+
+
 def _grad_factors(x):
     """Per element of x, d(squash)/dx as the reference computes it and as two wrong answers do.
 
@@ -208,14 +214,18 @@ register(Exercise(
             _squash_grads_like("through_data")),
         Misconception(
             "detached_path",
-            "The values are right but the gradient only has the path through `* x`: detach() cut the "
-            "path through sigmoid. Keep y in the graph and compute it out of place.",
+            "The values are right but the gradient only has the path through `* x`: y entered the "
+            "product as a constant, cut from the graph (by `detach()`, `torch.no_grad()` or a copy made "
+            "outside autograd), so the path through sigmoid is missing. Keep y in the graph and compute "
+            "it out of place.",
             _squash_grads_like("detached")),
     ),
     wrong_answers=(
         WrongAnswer(_squash_in_place, expect="error", note="the function as given"),
         WrongAnswer(_squash_through_data, expect="edited_through_data", note=".data hides the error"),
         WrongAnswer(_squash_detached, expect="detached_path", note="detach cuts a path"),
+        WrongAnswer(_squash_under_no_grad, expect="detached_path",
+                    note="no_grad cuts the same path: the message must not say detach()"),
     ),
 ))
 
@@ -237,7 +247,8 @@ def _sgd_step_inputs(seed, hidden):
         p = torch.randn(shape, generator=generator).requires_grad_()
         p.grad = torch.randn(shape, generator=generator)
         params.append(p)
-    return params, 0.1
+    # A tuple, like a model's parameters: the step must change these tensors, not swap them.
+    return tuple(params), 0.1
 
 
 def _sgd_rebinding(params, lr):
@@ -265,6 +276,24 @@ def _sgd_ascent(params, lr):
             p.grad = None
 
 
+def _sgd_new_tensors(params, lr):
+    for i, p in enumerate(params):
+        params[i] = (p - lr * p.grad).detach().requires_grad_()   # new leaves, not the same objects
+
+
+def _sgd_grad_zeroed(params, lr):
+    with torch.no_grad():
+        for p in params:
+            p.sub_(lr * p.grad)
+            p.grad.zero_()             # zeros, not None
+
+
+def _sgd_assigns_data(params, lr):
+    for p in params:
+        p.data = p.data - lr * p.grad  # swaps the storage behind autograd's back
+        p.grad = None
+
+
 def _sgd_through_data(params, lr):
     for p in params:
         p.data.sub_(lr * p.grad)     # right numbers, but autograd never sees the write
@@ -283,7 +312,15 @@ def _stepped_uphill(student, reference, args, *, student_run, reference_run):
 def _grad_left_in_place(student, reference, args, *, student_run, reference_run):
     pairs = list(zip(student_run.args_after[0], reference_run.args_after[0]))
     return (all(torch.allclose(ours, theirs) for ours, theirs in pairs)
-            and any(ours.grad is not None and theirs.grad is None for ours, theirs in pairs))
+            and any(ours.grad is not None and theirs.grad is None and bool(ours.grad.any())
+                    for ours, theirs in pairs))
+
+
+def _grad_zeroed(student, reference, args, *, student_run, reference_run):
+    pairs = list(zip(student_run.args_after[0], reference_run.args_after[0]))
+    return (all(torch.allclose(ours, theirs) for ours, theirs in pairs)
+            and any(ours.grad is not None for ours, _ in pairs)
+            and all(ours.grad is None or not bool(ours.grad.any()) for ours, _ in pairs))
 
 
 register(Exercise(
@@ -295,8 +332,8 @@ register(Exercise(
     compare=("args",),
     method=no_data_attribute(),
     hints=(
-        "The update must change the tensors in the list themselves: p = p - ... only rebinds a "
-        "local name.",
+        "The update must change the tensors in `params` themselves: p = p - ... only rebinds a "
+        "local name, and the tuple's entries cannot be replaced.",
         "An in-place operation on a leaf that requires grad is refused while autograd records: "
         "wrap the loop in `with torch.no_grad():`.",
         "Inside no_grad: p.sub_(lr * p.grad), then p.grad = None.",
@@ -304,9 +341,9 @@ register(Exercise(
     misconceptions=(
         Misconception(
             "rebinding",
-            "The parameters did not change at all: `p = p - lr * p.grad` makes a new tensor and binds "
-            "it to the loop's local name, so the tensors in the list (the model's parameters) are "
-            "untouched. Update them in place: p.sub_(lr * p.grad) inside torch.no_grad().",
+            "The parameters did not change at all: the step never reached the tensors in `params` (the "
+            "model's parameters). A common cause is `p = p - lr * p.grad`, which only binds a new tensor "
+            "to the loop's local name. Update them in place: p.sub_(lr * p.grad) inside torch.no_grad().",
             _unchanged),
         Misconception(
             "gradient_ascent",
@@ -319,6 +356,12 @@ register(Exercise(
             "it, so every later step would use the sum of all gradients so far. Set p.grad = None "
             "after the update.",
             _grad_left_in_place),
+        Misconception(
+            "grad_zeroed",
+            "The update is right, but each `.grad` holds zeros instead of `None`. Training would still "
+            "work (the next backward adds into zeros), but the prompt asks for `p.grad = None`, which is "
+            "also what `optimizer.zero_grad()` does by default.",
+            _grad_zeroed),
     ),
     wrong_answers=(
         WrongAnswer(_sgd_rebinding, expect="rebinding", note="rebinding updates nothing"),
@@ -326,5 +369,9 @@ register(Exercise(
         WrongAnswer(_sgd_recorded, expect="error", note="in place on a leaf while recording"),
         WrongAnswer(_sgd_ascent, expect="gradient_ascent", note="gradient ascent"),
         WrongAnswer(_sgd_through_data, expect="data_write", note="the silent .data update the lab warns about"),
+        WrongAnswer(_sgd_assigns_data, expect="data_write", note="p.data = ...: the same silent write, by assignment"),
+        WrongAnswer(_sgd_new_tensors, expect="error", note="new tensors in place of the old ones: the tuple refuses"),
+        WrongAnswer(_sgd_grad_zeroed, expect="grad_zeroed",
+                    note=".grad zeroed: a near miss of grad_not_cleared, whose message would be false here"),
     ),
 ))
