@@ -8,8 +8,6 @@ import torch.nn.functional as F
 
 from autograd_lab.exercises import Exercise, Misconception, WrongAnswer, register
 
-FP16_MAX = 65504.0
-
 
 # --- 05.pick_scale ------------------------------------------------------------------
 
@@ -32,8 +30,9 @@ def _gradient_sample(seed, hidden):
     return (grads.to(torch.float32),)
 
 
-def _scaled_max(student, args):
-    return float(student) * args[0].abs().max().item()
+def _overflows(student, args):
+    """Whether ``grads * student`` really has an inf in float16 (65504 < |x| < 65520 rounds down to 65504)."""
+    return bool((args[0].double() * float(student)).to(torch.float16).isinf().any())
 
 
 def _is_power_of_two(value):
@@ -50,24 +49,27 @@ register(Exercise(
     hints=(
         "Overflow sets the ceiling: after scaling, the largest |gradient| must stay at or below 65504.",
         "Among the scales that do not overflow, the largest one rescues the most small gradients.",
-        "GradScaler only ever multiplies its scale by 2 or 0.5, so answer with a power of two: "
+        "By default GradScaler only multiplies its scale by 2 or 0.5, so answer with a power of two: "
         "2.0 ** math.floor(math.log2(65504 / largest)).",
     ),
     misconceptions=(
         Misconception("overflow", "With this scale the largest gradient exceeds 65504 and becomes inf "
                       "in float16: the step would be skipped.",
-                      lambda s, r, args: _scaled_max(s, args) > FP16_MAX),
-        Misconception("not_power_of_two", "Return a power of two (GradScaler moves its scale by factors "
-                      "of 2, and a power of two scales exactly, without rounding any gradient).",
+                      lambda s, r, args: _overflows(s, args)),
+        Misconception("not_power_of_two", "Return a power of two (by default GradScaler moves its scale by "
+                      "factors of 2, and a power of two scales exactly, without rounding any gradient).",
                       lambda s, r, args: not _is_power_of_two(float(s))),
-        Misconception("too_small", "This scale is safe but smaller than needed: more small gradients "
-                      "flush to zero than with the largest safe power of two.",
+        Misconception("too_small", "This scale does not overflow, but a larger power of two would not "
+                      "either: the prompt asks for the largest, which lifts the small gradients as far from "
+                      "float16's bottom (subnormals, then zero) as the largest gradient allows.",
                       lambda s, r, args: float(s) < float(r)),
     ),
     wrong_answers=(
         WrongAnswer(lambda grads: 2.0 ** 16, expect="overflow", note="GradScaler's initial scale, blindly"),
         WrongAnswer(lambda grads: 2.0 * pick_scale(grads), expect="overflow"),
         WrongAnswer(lambda grads: 65504.0 / grads.abs().max().item(), expect="not_power_of_two"),
+        WrongAnswer(lambda grads: 65510.0 / grads.abs().max().item(), expect="not_power_of_two",
+                    note="near miss of `overflow`: the largest lands at 65510, which float16 rounds down to 65504"),
         WrongAnswer(lambda grads: 8.0, expect="too_small", note="the paper's fixed scale of 8, for other data"),
         WrongAnswer(lambda grads: 2.0 ** math.floor(math.log2(1 / grads.abs().min().item())),
                     expect="overflow", note="scaled the smallest gradient to 1 and ignored the largest"),
@@ -161,12 +163,12 @@ register(Exercise(
     ),
     misconceptions=(
         Misconception("clip_before_unscale", "Clipping before unscale_ clips the *scaled* gradients: the "
-                      "norm it sees is the true norm times the scale, so it shrinks the real gradient by "
-                      "that factor.", _before("unscale", "clip")),
+                      "norm it sees is the true norm times the scale, so after unscaling the step uses a "
+                      "gradient of norm at most `max_norm / scale`.", _before("unscale", "clip")),
         Misconception("update_before_step", "scaler.update() must come after scaler.step(): update reads "
                       "the inf/NaN check that step (or unscale_) recorded.", _before("scaler_step", "scaler_update")),
-        Misconception("backward_in_autocast", "Backward runs outside autocast: autocast wraps the forward "
-                      "pass and the loss only.", _before("forward_in_autocast", "scale_and_backward")),
+        Misconception("backward_before_forward", "Backward needs the loss, so the forward pass (in autocast, "
+                      "with the loss) comes first.", _before("forward_in_autocast", "scale_and_backward")),
     ),
     wrong_answers=(
         WrongAnswer(["forward_in_autocast", "scale_and_backward", "clip", "unscale", "scaler_step",
@@ -174,7 +176,7 @@ register(Exercise(
         WrongAnswer(["forward_in_autocast", "scale_and_backward", "unscale", "clip", "scaler_update",
                      "scaler_step"], expect="update_before_step"),
         WrongAnswer(["scale_and_backward", "forward_in_autocast", "unscale", "clip", "scaler_step",
-                     "scaler_update"], expect="backward_in_autocast"),
+                     "scaler_update"], expect="backward_before_forward"),
         WrongAnswer(["forward_in_autocast", "scale_and_backward", "clip", "scaler_step", "scaler_update"],
                     expect="structure", note="unscale_ left out"),
     ),
