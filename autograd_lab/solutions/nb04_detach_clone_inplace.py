@@ -155,6 +155,14 @@ def _squash_through_data(x):
     return y * x
 
 
+def _squash_through_numpy(x):
+    y = torch.sigmoid(x)
+    edited = y.detach().numpy()        # shares y's memory: the same invisible write, without .data
+    edited *= 2
+    edited -= 1
+    return y * x
+
+
 def _squash_detached(x):
     y = torch.sigmoid(x).detach() * 2 - 1   # right values, but the path through sigmoid is cut
     return y * x
@@ -207,10 +215,10 @@ register(Exercise(
     misconceptions=(
         Misconception(
             "edited_through_data",
-            "The values are right but the gradient is not: editing through .data hides the in-place "
-            "change from autograd, so the * 2 - 1 is missing from backward and sigmoid's backward "
-            "reads the edited numbers as its output. Silencing the error is not fixing it: compute "
-            "torch.sigmoid(x) * 2 - 1 out of place.",
+            "The values are right but the gradient is not: the in-place edit was hidden from autograd "
+            "(a write through `.data`, or into a NumPy array, does not move the version counter), so the "
+            "* 2 - 1 is missing from backward and sigmoid's backward reads the edited numbers as its "
+            "output. Silencing the error is not fixing it: compute torch.sigmoid(x) * 2 - 1 out of place.",
             _squash_grads_like("through_data")),
         Misconception(
             "detached_path",
@@ -223,6 +231,8 @@ register(Exercise(
     wrong_answers=(
         WrongAnswer(_squash_in_place, expect="error", note="the function as given"),
         WrongAnswer(_squash_through_data, expect="edited_through_data", note=".data hides the error"),
+        WrongAnswer(_squash_through_numpy, expect="edited_through_data",
+                    note="a NumPy view hides it too: the message must not say .data only"),
         WrongAnswer(_squash_detached, expect="detached_path", note="detach cuts a path"),
         WrongAnswer(_squash_under_no_grad, expect="detached_path",
                     note="no_grad cuts the same path: the message must not say detach()"),
