@@ -43,3 +43,10 @@ def test_pick_scale_is_the_largest_power_of_two_without_overflow():
 def test_the_amp_step_order_is_the_one_notebook_05_runs():
     assert nb05_amp.amp_step_order().index("unscale") < nb05_amp.amp_step_order().index("clip")
     assert len(set(nb05_amp.amp_step_order())) == 6
+
+
+def test_the_overflow_diagnosis_needs_a_real_float16_inf():
+    # 65504 < x < 65520 rounds down to 65504: no inf, so no "becomes inf" diagnosis
+    grads = (torch.tensor([1.0, -0.5]),)
+    assert not nb05_amp._overflows(65510.0, grads)
+    assert nb05_amp._overflows(65520.0, grads)
