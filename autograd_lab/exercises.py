@@ -25,8 +25,8 @@ import os
 from ._checking.detectors import Run
 from ._checking.display import Hint, Result, Solution
 from ._checking.judge import judge
-from ._checking.methods import (Method, backward_calls, no_data_attribute, no_distributed_sampler, no_jacobian,
-                               tiny_engine_op, uses_autograd)
+from ._checking.methods import (Method, backward_calls, no_data_attribute, no_distributed_sampler, no_grad_scaler,
+                               no_jacobian, tiny_engine_op, uses_autograd)
 from ._checking.observe import observe
 from ._checking.registry import (
     Exercise,
@@ -45,8 +45,8 @@ __all__ = [
     "Exercise", "WrongAnswer", "Misconception", "Run", "register", "get", "all_exercises",
     "check", "hint", "solution", "observe", "judge", "Result", "Hint", "Solution",
     "strict_mode", "reference_records", "claims",
-    "Method", "uses_autograd", "backward_calls", "no_data_attribute", "no_distributed_sampler", "no_jacobian",
-    "tiny_engine_op",
+    "Method", "uses_autograd", "backward_calls", "no_data_attribute", "no_distributed_sampler", "no_grad_scaler",
+    "no_jacobian", "tiny_engine_op",
 ]
 
 DEFAULT_TIMEOUT = 10.0

@@ -676,7 +676,7 @@ def test_uses_autograd_rejects_a_typed_formula_and_names_the_method():
 def test_method_facts_are_in_the_record_for_the_batch_grader():
     exercise = make(method=uses_autograd())
     record = observe(exercise, cube_grad, 0)
-    assert record["facts"] == {"engine_runs": 1, "silent_writes": 0, "samplers_built": 0,
+    assert record["facts"] == {"engine_runs": 1, "silent_writes": 0, "samplers_built": 0, "scalers_built": 0,
                                "tiny_engine_runs": 0, "tiny_backwards": {}}
     assert observe(exercise, _cube_formula, 0)["facts"]["engine_runs"] == 0
     assert "facts" not in observe(make("99.plain"), cube_grad, 0)  # no method: the record is as before
@@ -859,6 +859,17 @@ def test_building_a_distributed_sampler_is_a_recorded_fact():
             answer(6)
         assert watched.facts["samplers_built"] == built
     assert DistributedSampler.__init__.__name__ == "__init__"     # restored after the watch
+
+
+def test_building_a_grad_scaler_is_a_recorded_fact():
+    from autograd_lab._checking.facts import watch
+    before = torch.amp.GradScaler.__init__
+    for build, built in ((lambda: None, 0), (lambda: torch.amp.GradScaler("cpu"), 1),
+                         (lambda: [torch.amp.GradScaler("cpu", init_scale=s) for s in (1.0, 2.0)], 2)):
+        with watch([]) as watched:
+            build()
+        assert watched.facts["scalers_built"] == built
+    assert torch.amp.GradScaler.__init__ is before                  # restored after the watch
 
 
 def _tiny_tanh(label):

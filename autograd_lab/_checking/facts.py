@@ -17,6 +17,9 @@ judges them in its own process, like the values.
   ``torch.no_grad()``, or on its ``.detach()`` (which shares the counter), bumps it.
 * ``samplers_built``: how many ``torch.utils.data.DistributedSampler`` objects the
   answer built, for a prompt that asks to write the sharding by hand.
+* ``scalers_built``: how many ``torch.amp.GradScaler`` objects (the older
+  ``torch.cuda.amp.GradScaler`` is a subclass) the answer built, for a prompt that
+  asks to write the scaler's rule by hand.
 * ``tiny_engine_runs``: how many times the course's tiny engine
   (``autograd_lab.tiny_engine``) ran ``Value.backward``, and ``tiny_backwards``:
   ``{op: n}``, how many distinct ``Value`` nodes labelled ``op`` had their
@@ -32,10 +35,11 @@ judges them in its own process, like the values.
 import contextlib
 
 import torch
+import torch.utils.data
 from torch.autograd.variable import Variable
 from torch.utils._python_dispatch import TorchDispatchMode
 
-FACTS = ("engine_runs", "silent_writes", "samplers_built", "tiny_engine_runs", "tiny_backwards",
+FACTS = ("engine_runs", "silent_writes", "samplers_built", "scalers_built", "tiny_engine_runs", "tiny_backwards",
          "largest_numel", "largest_input_numel")
 
 
@@ -76,19 +80,18 @@ def _tensors(value):
     return []
 
 
-class _CountingSamplers:
-    """Counts ``DistributedSampler`` constructions while installed (subclasses included)."""
+class _CountingConstructions:
+    """Counts constructions of ``cls`` (subclasses included) while installed."""
 
-    def __init__(self):
-        from torch.utils.data import DistributedSampler
-        self._class, self._init, self.built = DistributedSampler, DistributedSampler.__init__, 0
+    def __init__(self, cls):
+        self._class, self._init, self.built = cls, cls.__init__, 0
 
     def __enter__(self):
         original = self._init
 
-        def counting_init(sampler, *args, **kwargs):
+        def counting_init(instance, *args, **kwargs):
             self.built += 1
-            original(sampler, *args, **kwargs)
+            original(instance, *args, **kwargs)
 
         self._class.__init__ = counting_init
         return self
@@ -170,15 +173,17 @@ def watch(tensors, *, sizes=False):
     counter = _CountingEngine(engine)
     Variable._execution_engine = counter
     mode = _LargestOutput() if sizes else contextlib.nullcontext()
-    samplers = _CountingSamplers()
+    samplers = _CountingConstructions(torch.utils.data.DistributedSampler)
+    scalers = _CountingConstructions(torch.amp.GradScaler)
     tiny = _TinyEngineRuns()
     try:
-        with mode, samplers, tiny:
+        with mode, samplers, scalers, tiny:
             yield result
     finally:
         Variable._execution_engine = engine
         result.facts = {"engine_runs": counter.runs, "silent_writes": _silent_writes(before),
-                        "samplers_built": samplers.built, "tiny_engine_runs": tiny.runs,
+                        "samplers_built": samplers.built, "scalers_built": scalers.built,
+                        "tiny_engine_runs": tiny.runs,
                         "tiny_backwards": tiny.backwards()}
         if sizes:
             result.facts["largest_numel"] = mode.largest

@@ -81,6 +81,16 @@ def no_distributed_sampler():
         tag="used_sampler")
 
 
+def no_grad_scaler():
+    """The scaler's rule is written by hand: no ``GradScaler`` may be built to compute it."""
+    return Method(
+        name="the update rule written by hand (no `GradScaler`)",
+        holds=lambda facts: facts.get("scalers_built", 0) == 0,
+        message=("your answer built a `GradScaler` and read its scales; the exercise asks you to write its "
+                 "update rule yourself, from the skip-and-halve and grow-after-clean-steps behaviour measured above."),
+        tag="used_grad_scaler")
+
+
 def no_data_attribute():
     """No write through ``.data``: a tensor argument must not change behind autograd's back."""
     return Method(

@@ -6,7 +6,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from autograd_lab.exercises import Exercise, Misconception, WrongAnswer, register
+from autograd_lab.exercises import Exercise, Misconception, WrongAnswer, no_grad_scaler, register
 
 
 # --- 05.pick_scale ------------------------------------------------------------------
@@ -232,6 +232,23 @@ def _growth_off_by_one(init_scale, found_inf, growth_interval):
     return next_scales(init_scale, found_inf, growth_interval + 1)
 
 
+def _real_scaler(init_scale, found_inf, growth_interval):
+    """The shortcut the prompt rules out: a real GradScaler, fed an inf gradient on each flagged step."""
+    weight = torch.nn.Parameter(torch.ones(1))
+    optimizer = torch.optim.SGD([weight], lr=0.0)
+    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=growth_interval)
+    scales = []
+    for overflow in found_inf:
+        optimizer.zero_grad()
+        scaler.scale(weight.sum()).backward()
+        if overflow:
+            weight.grad.fill_(float("inf"))
+        scaler.step(optimizer)
+        scaler.update()
+        scales.append(scaler.get_scale())
+    return scales
+
+
 register(Exercise(
     id="05.next_scales",
     title="Predict GradScaler's scale, step by step",
@@ -259,5 +276,7 @@ register(Exercise(
         WrongAnswer(_growth_off_by_one, expect="off_by_one"),
         WrongAnswer(lambda init_scale, found_inf, growth_interval: [init_scale] * len(found_inf),
                     expect="wrong_value"),
+        WrongAnswer(_real_scaler, expect="used_grad_scaler", note="the shortcut the prompt forbids"),
     ),
+    method=no_grad_scaler(),
 ))
