@@ -163,10 +163,12 @@ def _first_line(error):
     return _SOURCE_LOCATION.sub("", text.splitlines()[0]) if text else type(error).__name__
 
 
-def launch(scenario, *, world_size=2, timeout=60.0, collective_timeout=30.0, grace=2.0, **kwargs):
+def launch(scenario, *, world_size=2, timeout=180.0, collective_timeout=30.0, grace=2.0, **kwargs):
     """Run ``scenario(rank, world_size, **kwargs)`` on ``world_size`` local gloo ranks.
 
-    Returns a ``DistributedRun``.  ``timeout`` bounds the whole run; once one
+    Returns a ``DistributedRun``.  ``timeout`` bounds the whole run (a safety net: a run
+    takes seconds, but with a CUDA build of torch 2.5.1 on two busy cores, a run of
+    notebook 08 did not finish within the former 60 s); once one
     rank has failed, the others get ``grace`` seconds to finish before they
     are stopped (a peer stuck in a collective would otherwise wait for its own
     ``collective_timeout``).  ``kwargs`` must be picklable.
