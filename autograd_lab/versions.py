@@ -106,6 +106,10 @@ _BEHAVIOURS = (
                 "says \"The differentiated Tensor at index 1 appears to not have been used in the graph\", "
                 "naming the unused input's position"),
     )),
+    Behaviour("version_error_names", "how the in-place (version counter) error names the op behind a saved tensor", (
+        Variant("0", "{op}Backward0", "names its autograd node (\"output 0 of SigmoidBackward0\")"),
+        Variant("2.13.0", "{op}", "names the op itself (\"output 0 of Sigmoid\")"),
+    )),
     Behaviour("checkpoint_saved_tensors", "tensors a non-reentrant checkpoint segment saves", (
         Variant("0", 2, "saves an empty placeholder tensor of shape (0,) plus the segment input"),
         Variant("2.12.0", 1, "saves only the segment input"),
