@@ -147,9 +147,19 @@ def test_lab_08_leaves_no_temporary_folder_behind(tmp_path):
     env = {**os.environ, "TMPDIR": str(scratch), "OMP_NUM_THREADS": "1"}
     try:
         subprocess.run([sys.executable, str(script)], check=True, env=env, timeout=300)
-        left = sorted(path.name for path in scratch.iterdir() if not path.name.startswith("torchinductor_"))
+        left = sorted(path.name for path in scratch.iterdir() if not _torchs_own(path))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    # torch._dynamo (DDP imports it) makes one shared cache folder per user, reused by every
-    # run: not a per-run leftover (filtered above). Anything else (autograd-lab-*, pymp-*) would be.
+    # Anything else (autograd-lab-*, pymp-*) would be ours.
     assert left == []
+
+
+def _torchs_own(path):
+    """Folders torch itself leaves in TMPDIR, whatever the course does."""
+    # torch._dynamo (DDP imports it) makes one cache folder per user, reused by every run.
+    if path.name.startswith("torchinductor_"):
+        return True
+    # torch 2.5.1's torch/distributed/nn/jit/instantiator.py makes a TemporaryDirectory at import,
+    # and a forkserver that imported it can exit without running its finalizer (seen in one run of
+    # two); the instantiator of 2.13.0 and 2.15.0 makes none.
+    return path.is_dir() and [p.name for p in path.iterdir()] == ["_remote_module_non_scriptable.py"]
