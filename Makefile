@@ -13,6 +13,9 @@ NBVAL := $(BIN)/python -m pytest -p no:cacheprovider --nbval-lax --nbval-current
 
 .PHONY: setup lab test test-package test-notebooks test-solved test-browser test-matrix site doctor clean
 
+# Package tests go to the two workers file by file (--dist loadfile): the grading and
+# assignment modules each grade a whole batch in a module fixture, which per-test
+# distribution made both workers build.
 # Tests run two pytest workers on two cores: with torch's default of one thread per
 # core each, they oversubscribe the CPU and every step gets tens of times slower.
 test test-package test-notebooks test-solved test-browser site: export OMP_NUM_THREADS = 1
@@ -45,7 +48,7 @@ lab: setup
 test: setup test-package test-notebooks test-solved test-browser
 
 test-package: setup
-	$(BIN)/python -m pytest -p no:cacheprovider -n 2 tests --ignore=tests/browser
+	$(BIN)/python -m pytest -p no:cacheprovider -n 2 --dist loadfile tests --ignore=tests/browser
 
 test-notebooks: setup
 	$(NBVAL) -n 2 --dist loadscope notebooks
