@@ -18,6 +18,7 @@ Whatever goes wrong with one submission becomes that submission's ``error``
 report; the gradebook is always written.
 """
 
+import atexit
 import json
 import os
 import shutil
@@ -91,7 +92,10 @@ def student_build(workroot):
     from autograd_lab import release
 
     if "path" not in _BUILDS or not os.path.isdir(_BUILDS["path"]):
-        _BUILDS["path"] = release.build(tempfile.mkdtemp(prefix="autograd-lab-release-"))
+        folder = tempfile.mkdtemp(prefix="autograd-lab-release-")
+        # Reused by every batch of this process, so removed when the process ends, not per batch.
+        atexit.register(shutil.rmtree, folder, True)
+        _BUILDS["path"] = release.build(folder)
     return _BUILDS["path"]
 
 
