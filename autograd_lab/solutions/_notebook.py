@@ -7,14 +7,16 @@ plotting or checking.  This lives with the solutions: student builds never need 
 import ast
 from pathlib import Path
 
-import nbformat
-
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 _DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef, ast.Assign)
 
 
 def notebook_definitions(stem):
     """A namespace with every top-level definition of ``notebooks/<stem>.ipynb``'s code cells, in order."""
+    # Imported here, not at the top: the grader loads every solutions module in each
+    # submission's worker process, and nbformat (with jsonschema) costs it 1 to 2.6 s.
+    import nbformat
+
     notebook = nbformat.read(NOTEBOOKS / f"{stem}.ipynb", as_version=4)
     namespace = {}
     for cell in notebook.cells:
