@@ -163,3 +163,49 @@ def _torchs_own(path):
     # and a forkserver that imported it can exit without running its finalizer (seen in one run of
     # two); the instantiator of 2.13.0 and 2.15.0 makes none.
     return path.is_dir() and [p.name for p in path.iterdir()] == ["_remote_module_non_scriptable.py"]
+
+
+class _Alive:
+    def is_alive(self):
+        return True
+
+
+def test_a_rank_silent_after_its_peer_finished_is_stopped_soon(monkeypatch):
+    import queue
+    import time
+
+    from autograd_lab import distributed
+
+    class OneReport:
+        def __init__(self):
+            self.reports = [(0, "ok", distributed._to_bytes({"done": True}))]
+
+        def get(self, timeout):
+            if self.reports:
+                return self.reports.pop()
+            time.sleep(timeout)
+            raise queue.Empty
+
+        def empty(self):
+            return not self.reports
+
+    monkeypatch.setattr(distributed, "STRAGGLER_SECONDS", 0.3)
+    run = distributed.DistributedRun(world_size=2)
+    start = time.monotonic()
+    distributed._collect(run, OneReport(), [_Alive(), _Alive()], deadline=start + 60, grace=2.0)
+    assert sorted(run.results) == [0] and time.monotonic() - start < 5   # not the 60 s deadline
+
+
+def test_a_run_with_a_hung_rank_is_started_again_once(monkeypatch):
+    from autograd_lab import distributed
+
+    stuck = distributed.DistributedRun(world_size=2, results={0: {}}, terminated=[1])
+    good = distributed.DistributedRun(world_size=2, results={0: {}, 1: {}})
+    runs = [stuck, good]
+    monkeypatch.setattr(distributed, "_launch_once", lambda *args: runs.pop(0))
+    run = distributed.launch(scenarios.ddp_step, world_size=2)
+    assert run.ok and run.restarts == 1 and runs == []
+    # a rank that failed is a result to show, never a reason to run again
+    failed = distributed.DistributedRun(world_size=2, errors={0: ("RuntimeError", "x")}, terminated=[1])
+    monkeypatch.setattr(distributed, "_launch_once", lambda *args: failed)
+    assert distributed.launch(scenarios.ddp_step, world_size=2).restarts == 0
