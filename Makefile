@@ -11,7 +11,7 @@ SOLVED := build/solved
 NBVAL := $(BIN)/python -m pytest -p no:cacheprovider --nbval-lax --nbval-current-env \
 	--nbval-cell-timeout=120 --nbval-sanitize-with $(SANITIZE)
 
-.PHONY: setup lab test test-package test-notebooks test-solved test-browser test-matrix site doctor clean
+.PHONY: setup lab test test-package test-notebooks test-solved test-browser test-matrix site doctor architecture clean
 
 # Package tests go to the two workers file by file (--dist loadfile): the grading and
 # assignment modules each grade a whole batch in a module fixture, which per-test
@@ -67,7 +67,7 @@ test-matrix: setup
 	scripts/test-matrix $(VERSIONS)
 
 site: setup
-	$(BIN)/python -m autograd_lab.site notebooks --out build/site
+	$(BIN)/python -m autograd_lab.course.site notebooks --out build/site
 
 # The course as students see it: JupyterLab in Debian's chromium (driven by playwright,
 # no browser download), and every page of the built site, offline.  Screenshots and
@@ -75,6 +75,10 @@ site: setup
 test-browser: setup site
 	@scripts/ensure-system-packages chromium
 	$(BIN)/python -m pytest -p no:cacheprovider tests/browser
+
+# docs/architecture.svg from docs/architecture.dot, with the project's own graphviz.
+architecture:
+	dot -Tsvg docs/architecture.dot -o docs/architecture.svg
 
 doctor: setup
 	$(BIN)/autograd-lab doctor

@@ -1,6 +1,6 @@
 """AMP step time and memory: one SGD step of a matmul-heavy MLP per precision.
 
-Modes (``autograd_lab.amp_timing``): ``fp32``; ``tf32`` (CUDA only); ``bf16``
+Modes (``autograd_lab.labs.amp_timing``): ``fp32``; ``tf32`` (CUDA only); ``bf16``
 autocast; ``fp16`` autocast with ``GradScaler``. The baseline (peer) is plain
 float32 training, and every row gives its speed-up over it. Saved-activation
 bytes are exact; peak memory comes from ``torch.cuda.max_memory_allocated`` and
@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 
 from _common import measured_on, parse, timing_parser
-from autograd_lab.amp_timing import measure_precision
+from autograd_lab.labs.amp_timing import measure_precision
 
 
 def matmul_mlp(width, depth, classes=10):

@@ -3,7 +3,7 @@
 A deep MLP of ``n`` ``Linear -> Tanh`` blocks is run with
 ``checkpoint_sequential(model, s, x, use_reentrant=False)`` for every ``s`` that
 divides ``n``. For each ``s`` the table gives the tensors saved for backward
-(counted with saved-tensor hooks, ``autograd_lab.recompute``), the prediction
+(counted with saved-tensor hooks, ``autograd_lab.labs.recompute``), the prediction
 ``(s - 1) + n/s + 1``, their size, and the median forward + backward time. The
 peer is the no-checkpointing baseline (``s = 1``, plain autograd) and, on CUDA,
 PyTorch's own allocator statistics (``torch.cuda.max_memory_allocated``), which
@@ -21,7 +21,7 @@ import torch.nn as nn
 from torch.utils.checkpoint import checkpoint_sequential
 
 from _common import measured_on, parse, timing_parser
-from autograd_lab.recompute import measure_segments
+from autograd_lab.labs.recompute import measure_segments
 
 
 def tanh_mlp(n_blocks, width):

@@ -20,7 +20,7 @@ import sys
 
 import torch
 
-from autograd_lab import gpu_records
+from autograd_lab.labs import gpu_records
 
 
 def main(argv=None):

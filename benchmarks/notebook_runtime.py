@@ -41,7 +41,7 @@ def run_seconds(path, env):
 
 
 def solved_copies(paths, out_dir):
-    subprocess.run([sys.executable, "-m", "autograd_lab.cli", "solve", *map(str, paths), "--out", str(out_dir)],
+    subprocess.run([sys.executable, "-m", "autograd_lab.course.cli", "solve", *map(str, paths), "--out", str(out_dir)],
                    check=True, capture_output=True)
     return out_dir
 

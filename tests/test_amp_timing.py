@@ -2,7 +2,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from autograd_lab.amp_timing import measure_precision
+from autograd_lab.labs.amp_timing import measure_precision
 
 
 def _model_and_batch():

@@ -12,8 +12,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from autograd_lab import exercises
-from autograd_lab._checking.source import solution_source
+from autograd_lab import checking
+from autograd_lab.checking.source import solution_source
 from autograd_lab.grading import assignment, gradebook
 from autograd_lab.grading.submissions import UsageError
 
@@ -39,11 +39,11 @@ LATE_1_5_DAYS = dt.datetime(2026, 11, 22, 11, 59, tzinfo=dt.timezone.utc).timest
 
 
 def _solution(exercise_id):
-    return solution_source(exercises.get(exercise_id))
+    return solution_source(checking.get(exercise_id))
 
 
 def _stub(exercise_id):
-    exercise = exercises.get(exercise_id)
+    exercise = checking.get(exercise_id)
     if exercise.kind == "value":
         return f"{exercise.answer_name} = ..."
     return f"def {exercise.answer_name}(*args):\n    raise NotImplementedError"

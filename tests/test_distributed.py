@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from autograd_lab import ddp_scenarios as scenarios
-from autograd_lab.distributed import RankError, launch
+from autograd_lab.labs import ddp_scenarios as scenarios
+from autograd_lab.labs.distributed import RankError, launch
 
 
 def _full_batch_grads(n, reduction="mean"):
@@ -113,7 +113,7 @@ def test_reentrant_checkpoint_of_a_reused_block_fails_under_ddp_and_non_reentran
 def test_nccl_default_timeout_is_ten_minutes_even_without_nccl():
     from datetime import timedelta
 
-    from autograd_lab.distributed import nccl_default_timeout
+    from autograd_lab.labs.distributed import nccl_default_timeout
     timeout, _ = nccl_default_timeout()
     assert timeout == timedelta(minutes=10)
 
@@ -121,8 +121,8 @@ def test_nccl_default_timeout_is_ten_minutes_even_without_nccl():
 _LEAVES_NOTHING = """
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
-from autograd_lab import ddp_scenarios as scenarios
-from autograd_lab.distributed import launch, single_process_group
+from autograd_lab.labs import ddp_scenarios as scenarios
+from autograd_lab.labs.distributed import launch, single_process_group
 if __name__ == "__main__":
     assert launch(scenarios.initial_weights, world_size=2).ok
     single_process_group()
@@ -174,7 +174,7 @@ def test_a_rank_silent_after_its_peer_finished_is_stopped_soon(monkeypatch):
     import queue
     import time
 
-    from autograd_lab import distributed
+    from autograd_lab.labs import distributed
 
     class OneReport:
         def __init__(self):
@@ -197,7 +197,7 @@ def test_a_rank_silent_after_its_peer_finished_is_stopped_soon(monkeypatch):
 
 
 def test_a_run_with_a_hung_rank_is_started_again_once(monkeypatch):
-    from autograd_lab import distributed
+    from autograd_lab.labs import distributed
 
     stuck = distributed.DistributedRun(world_size=2, results={0: {}}, terminated=[1])
     good = distributed.DistributedRun(world_size=2, results={0: {}, 1: {}})

@@ -1,8 +1,8 @@
 import subprocess
 import sys
 
-from autograd_lab import doctor
-from autograd_lab.cli import main
+from autograd_lab.course import doctor
+from autograd_lab.course.cli import main
 
 
 def test_doctor_passes_on_the_course_machine(capsys):
@@ -40,7 +40,7 @@ def test_missing_package_names_the_fix(monkeypatch):
 
 
 def test_console_script_runs_doctor():
-    result = subprocess.run([sys.executable, "-m", "autograd_lab.cli", "doctor"],
+    result = subprocess.run([sys.executable, "-m", "autograd_lab.course.cli", "doctor"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
 

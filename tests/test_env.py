@@ -3,7 +3,7 @@ import random
 import numpy
 import torch
 
-from autograd_lab.env import pick_device, seed
+from autograd_lab.labs.env import pick_device, seed
 
 
 def draws():

@@ -3,7 +3,7 @@ import warnings
 import pytest
 import torch
 
-from autograd_lab.errors import expect_error, expect_warning
+from autograd_lab.labs.errors import expect_error, expect_warning
 
 
 def test_expected_error_is_swallowed_and_printed(capsys):

@@ -1,6 +1,6 @@
 """Every registered exercise is solvable, and every known-wrong answer is recognised.
 
-Generic over the whole registry: a new ``autograd_lab/solutions/nbNN_*.py`` is
+Generic over the whole registry: a new ``autograd_lab_solutions/nbNN_*.py`` is
 covered without editing this file.
 """
 
@@ -11,9 +11,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autograd_lab._checking.compare import MESSAGES
-from autograd_lab._checking.source import solution_source
-from autograd_lab.exercises import all_exercises, judge, observe
+from autograd_lab.checking.findings import MESSAGES
+from autograd_lab.checking.source import solution_source
+from autograd_lab.checking import all_exercises, judge, observe
 
 EXERCISES = all_exercises()
 WRONG = [(exercise, index) for exercise in EXERCISES for index in range(len(exercise.wrong_answers))]

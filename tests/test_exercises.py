@@ -10,10 +10,10 @@ import time
 import pytest
 import torch
 
-from autograd_lab import exercises
-from autograd_lab._checking import registry
-from autograd_lab._checking.compare import grad_fn_family
-from autograd_lab.exercises import (
+from autograd_lab import checking
+from autograd_lab.checking import catalog, notebook, registry
+from autograd_lab.checking.compare import grad_fn_family
+from autograd_lab.checking import (
     Exercise,
     Misconception,
     WrongAnswer,
@@ -42,17 +42,17 @@ def fresh_session(monkeypatch):
     """No strict or graded mode unless a test asks; test exercises removed afterwards."""
     for name in ("CI", "AUTOGRAD_LAB_STRICT", "AUTOGRAD_LAB_GRADING"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(exercises, "_attempted", set())
-    monkeypatch.setattr(exercises, "_hints_shown", {})
-    registry.load_all()
-    before = dict(registry._REGISTRY)
+    monkeypatch.setattr(notebook, "_attempted", set())
+    monkeypatch.setattr(notebook, "_hints_shown", {})
+    catalog.load_all()
+    before = dict(registry.REGISTRY)
     # These tests exercise the checking engine with formula answers on 00.cube_grad; its
     # real method (uses_autograd) is proved by tests/test_exercise_bank.py and the tests below.
-    registry._REGISTRY["00.cube_grad"] = dataclasses.replace(before["00.cube_grad"], method=())
+    registry.REGISTRY["00.cube_grad"] = dataclasses.replace(before["00.cube_grad"], method=())
     yield
-    registry._REGISTRY.clear()
-    registry._REGISTRY.update(before)
-    exercises._reference_cache.clear()
+    registry.REGISTRY.clear()
+    registry.REGISTRY.update(before)
+    notebook._reference_cache.clear()
 
 
 def _vector_inputs(seed, hidden):
@@ -355,7 +355,7 @@ def test_arguments_after_the_call_carry_their_grad_without_touching_the_record()
     original_grad = _parameter_with_grad(0, False)[0].grad
     assert torch.equal(student_grad, original_grad) and torch.equal(reference_grad, original_grad)
     assert student.output is None and student.input_grads is None   # "grad" is not compared here
-    cached = exercises.reference_records(exercise, (0,))[0]
+    cached = checking.reference_records(exercise, (0,))[0]
     assert torch.equal(cached["args_after"][0]["grad"], original_grad)
     assert cached["args_after"][0]["value"].grad is None   # the record's tensor got no .grad attached
     assert check("99.sample", _descends_twice).misconception == "any"   # the second check sees .grad too
@@ -575,7 +575,7 @@ def test_the_solution_is_refused_in_graded_mode(monkeypatch):
 
 
 def test_graded_mode_blocks_importing_the_solutions():
-    code = ("import autograd_lab.exercises as ex\n"
+    code = ("import autograd_lab.checking as ex\n"
             "def cube_grad(x):\n"
             "    x = x.detach().requires_grad_()\n"
             "    (x ** 3).sum().backward()\n"
@@ -583,13 +583,13 @@ def test_graded_mode_blocks_importing_the_solutions():
             "r = ex.check('00.cube_grad', cube_grad)\n"
             "assert r.status == 'passed', r\n"
             "try:\n"
-            "    import autograd_lab.solutions.nb00_start_here\n"
+            "    import autograd_lab_solutions.nb00_start_here\n"
             "except ImportError as error:\n"
             "    print('blocked:', error)\n")
     env = dict(os.environ, AUTOGRAD_LAB_GRADING="1")
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "blocked: autograd_lab.solutions is not available while an assignment is being graded" in done.stdout
+    assert "blocked: autograd_lab_solutions is not available while an assignment is being graded" in done.stdout
 
 
 # --- the registry ----------------------------------------------------------------
@@ -641,7 +641,7 @@ def test_judge_refuses_a_forged_status():
 
 
 def test_claims_compares_equal_values_of_the_same_type():
-    says_one, says_cause = exercises.claims("A", 1), exercises.claims("A", "no_zero_grad")
+    says_one, says_cause = checking.claims("A", 1), checking.claims("A", "no_zero_grad")
     assert says_one({"A": 1}, None, ())
     assert not says_one({"A": True}, None, ())        # True == 1, but it is not the claim
     assert not says_one({"B": 1}, None, ()) and not says_one([1], None, ())
@@ -651,7 +651,7 @@ def test_claims_compares_equal_values_of_the_same_type():
 
 # --- methods: the exercise checks the skill it names (docs/contracts.md §5) -----------
 
-from autograd_lab.exercises import backward_calls, no_data_attribute, no_jacobian, uses_autograd  # noqa: E402
+from autograd_lab.checking import backward_calls, no_data_attribute, no_jacobian, uses_autograd  # noqa: E402
 
 
 def _cube_formula(x):
@@ -759,8 +759,8 @@ def test_a_method_on_a_value_exercise_is_refused():
 
 # --- diagnoses are true: near misses get plain "wrong_value" (docs/contracts.md §5) -------
 
-from autograd_lab._checking.compare import Tolerance, compare_tensor_values  # noqa: E402
-from autograd_lab._checking.display import inline_code_html  # noqa: E402
+from autograd_lab.checking.compare import Tolerance, compare_tensor_values  # noqa: E402
+from autograd_lab.checking.display import inline_code_html  # noqa: E402
 
 _REF = torch.tensor([1.0, -2.0, 3.0, 0.5])
 
@@ -853,7 +853,7 @@ def test_building_a_distributed_sampler_is_a_recorded_fact():
     def through_sampler(n):
         return torch.tensor(list(DistributedSampler(range(n), num_replicas=2, rank=0, shuffle=False))).double()
 
-    from autograd_lab._checking.facts import watch
+    from autograd_lab.checking.facts import watch
     for answer, built in ((by_hand, 0), (through_sampler, 1)):
         with watch([]) as watched:
             answer(6)
@@ -862,7 +862,7 @@ def test_building_a_distributed_sampler_is_a_recorded_fact():
 
 
 def test_building_a_grad_scaler_is_a_recorded_fact():
-    from autograd_lab._checking.facts import watch
+    from autograd_lab.checking.facts import watch
     before = torch.amp.GradScaler.__init__
     for build, built in ((lambda: None, 0), (lambda: torch.amp.GradScaler("cpu"), 1),
                          (lambda: [torch.amp.GradScaler("cpu", init_scale=s) for s in (1.0, 2.0)], 2)):
@@ -876,7 +876,7 @@ def _tiny_tanh(label):
     """d/dx [tanh(x) x] by the tiny engine, its tanh node labelled ``label``; ``one_graph``: one backward for all."""
     import math
 
-    from autograd_lab.tiny_engine import Value
+    from autograd_lab.labs.tiny_engine import Value
 
     def tanh(a):
         out = Value(math.tanh(a.data), (a,), label)
@@ -905,10 +905,10 @@ def _tiny_tanh(label):
 
 
 def test_the_tiny_engine_method_counts_op_nodes_backpropagated_per_input():
-    from autograd_lab import release
-    from autograd_lab._checking.facts import watch
-    from autograd_lab.exercises import tiny_engine_op
-    from autograd_lab.tiny_engine import Value
+    from autograd_lab.grading import release
+    from autograd_lab.checking.facts import watch
+    from autograd_lab.checking import tiny_engine_op
+    from autograd_lab.labs.tiny_engine import Value
 
     per_input, one_graph = _tiny_tanh("tanh")
     make(reference=per_input, method=tiny_engine_op("tanh"))

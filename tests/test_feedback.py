@@ -2,7 +2,7 @@
 
 from nbformat.v4 import new_code_cell, new_notebook
 
-from autograd_lab import exercises
+from autograd_lab import checking
 from autograd_lab.grading import feedback, reports
 
 
@@ -25,7 +25,7 @@ def test_every_cell_that_did_not_finish_is_a_problem():
 def test_a_renamed_answer_is_named_once_and_a_far_name_is_not():
     notebook = new_notebook(cells=[new_code_cell("def train_fixed(w0, x, y, lr, steps):\n    return w0"),
                                    new_code_cell("def plot_losses():\n    pass")])
-    by_id = {"03.train": exercises.get("03.train"), "03.accumulated_grad": exercises.get("03.accumulated_grad")}
+    by_id = {"03.train": checking.get("03.train"), "03.accumulated_grad": checking.get("03.accumulated_grad")}
     grades = [_grade("03.train", "not attempted"), _grade("03.accumulated_grad", "not attempted")]
     feedback.renamed_answers(grades, by_id, notebook)
     feedback.renamed_answers(grades, by_id, notebook)  # idempotent: reports are written twice

@@ -7,7 +7,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograd_lab import gpu_records
+from autograd_lab.labs import gpu_records
 
 ROOT = Path(__file__).resolve().parents[1]
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?")

@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autograd_lab.grad_report import audit_step, format_report, grad_report, optimizer_coverage, track_update
+from autograd_lab.labs.grad_report import audit_step, format_report, grad_report, optimizer_coverage, track_update
 
 
 def _model():

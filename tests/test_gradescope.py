@@ -16,7 +16,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from autograd_lab import gradescope
+from autograd_lab.grading import gradescope
 from autograd_lab.grading import gradebook
 
 ASSIGNMENT = """
@@ -90,7 +90,7 @@ def test_the_zip_holds_setup_and_run_autograder(autograder_zip):
         names = set(archive.namelist())
         modes = {info.filename: info.external_attr >> 16 for info in archive.infolist()}
     assert {"setup.sh", "run_autograder", "assignment.yml", "requirements.txt"} <= names
-    assert "package/autograd_lab/gradescope.py" in names and "package/pyproject.toml" in names
+    assert "package/autograd_lab/grading/gradescope.py" in names and "package/pyproject.toml" in names
     assert modes["run_autograder"] & 0o111 and modes["setup.sh"] & 0o111
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from autograd_lab import exercises
-from autograd_lab.cli import build_parser
+from autograd_lab import checking
+from autograd_lab.course.cli import build_parser
 from autograd_lab.grading import main as grade_main
 from autograd_lab.grading import reports, scoring
 from autograd_lab.grading.batch import Options, grade_batch
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from fixtures.grading.attacks import ATTACKS, MARKER, write_attacks  # noqa: E402
 from fixtures.grading.submissions import EXPECTED, write_submissions  # noqa: E402
 
-CUBE = exercises.get("00.cube_grad")
+CUBE = checking.get("00.cube_grad")
 SEEDS = [*CUBE.public_seeds, *CUBE.hidden_seeds]
 
 
@@ -140,7 +140,7 @@ def _payload(records):
 
 
 def _observed(answer):
-    return {seed: exercises.observe(CUBE, answer, seed) for seed in SEEDS}
+    return {seed: checking.observe(CUBE, answer, seed) for seed in SEEDS}
 
 
 def _flipped_cube(x):
@@ -344,7 +344,7 @@ def test_a_kernel_gradcheck_verdict_is_ignored_and_jacobians_are_judged_here():
 
 
 def test_warnings_are_capped_and_deduplicated_in_linear_time():
-    from autograd_lab._checking.records import MAX_WARNINGS, unique_capped
+    from autograd_lab.checking.records import MAX_WARNINGS, unique_capped
     texts = [f"w{i % 7}" for i in range(200_000)] + [f"x{i}" for i in range(200_000)]
     capped = unique_capped(texts)
     assert capped[:7] == [f"w{i}" for i in range(7)] and len(capped) == MAX_WARNINGS

@@ -12,9 +12,9 @@ import re
 
 import pytest
 
-from autograd_lab._checking.compare import Tolerance, compare_values
-from autograd_lab._checking.records import encode
-from autograd_lab.exercises import Exercise, Misconception, all_exercises
+from autograd_lab.checking.compare import Tolerance, compare_values
+from autograd_lab.checking.records import encode
+from autograd_lab.checking import Exercise, Misconception, all_exercises
 
 VALUE_EXERCISES = [exercise for exercise in all_exercises() if exercise.kind == "value"]
 _measured = {}

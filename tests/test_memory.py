@@ -1,7 +1,7 @@
 import torch
 import torch.nn as nn
 
-from autograd_lab.memory import memory_breakdown, optimizer_state_bytes, saved_tensors, tensor_bytes
+from autograd_lab.labs.memory import memory_breakdown, optimizer_state_bytes, saved_tensors, tensor_bytes
 
 
 def mlp(depth, width=32):

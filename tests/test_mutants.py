@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from autograd_lab.solutions._mutants import mutant
+from autograd_lab_solutions._mutants import mutant
 
 
 def double(x):

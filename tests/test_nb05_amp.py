@@ -5,7 +5,7 @@ import math
 import torch
 import torch.nn as nn
 
-from autograd_lab.solutions import nb05_amp
+from autograd_lab_solutions import nb05_amp
 
 
 def _real_scaler_scales(init_scale, found_inf, growth_interval):

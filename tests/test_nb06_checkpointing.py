@@ -4,9 +4,9 @@ import torch
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
-from autograd_lab.memory import saved_tensors
-from autograd_lab.recompute import activations_kept, predicted_saved
-from autograd_lab.solutions import nb06_checkpointing as nb06
+from autograd_lab.labs.memory import saved_tensors
+from autograd_lab.labs.recompute import activations_kept, predicted_saved
+from autograd_lab_solutions import nb06_checkpointing as nb06
 
 
 def _segments_forward(blocks, sizes, x):

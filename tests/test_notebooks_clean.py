@@ -66,7 +66,7 @@ def test_sections_appear_in_the_common_order(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_exercise_cells_name_registered_exercises(path):
-    from autograd_lab.exercises import get
+    from autograd_lab.checking import get
 
     marked = [cell for cell in load(path).cells if "exercise" in cell.metadata.get("tags", [])]
     assert marked, f"{path.name}: no exercise cells"

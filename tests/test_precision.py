@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from autograd_lab.precision import cast_fate, smallest_subnormal
+from autograd_lab.labs.precision import cast_fate, smallest_subnormal
 
 
 def test_smallest_subnormal_is_below_finfo_tiny():

@@ -2,7 +2,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from autograd_lab.recompute import activations_kept, forward_saved, measure_segments, predicted_saved
+from autograd_lab.labs.recompute import activations_kept, forward_saved, measure_segments, predicted_saved
 
 
 def _tanh_mlp(n_blocks, width=16):

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from autograd_lab import exercises, release
-from autograd_lab._checking import public
-from autograd_lab._checking.judge import judge
-from autograd_lab._checking.observe import observe
+from autograd_lab import checking
+from autograd_lab.grading import release
+from autograd_lab.checking import hashed, public
+from autograd_lab.checking.judge import judge
+from autograd_lab.checking.observe import observe
 
 
 @pytest.fixture(scope="module")
@@ -30,17 +31,17 @@ def _files(root):
 def test_the_release_has_notebooks_and_a_package_without_solutions(build):
     assert sorted(p.name for p in (build / "notebooks").glob("*.ipynb")) == sorted(
         p.name for p in release.NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
-    assert not (build / "autograd_lab" / "solutions").exists()
+    assert not (build / "autograd_lab_solutions").exists()
     assert sorted(p.name for p in (build / "autograd_lab" / "public").iterdir()) == [
         f"{n:02d}.pt" for n in range(9)]
     assert not [p for p in _files(build) if "solutions" in p.parts or p.suffix == ".pyc"]
 
 
 def _shared_text():
-    """The text of the package outside solutions/: lines found there are library code, not secrets."""
-    code = [p.read_text() for p in release.PACKAGE.rglob("*.py") if "solutions" not in p.parts]
+    """The text of the package: lines found there are library code, not secrets."""
+    code = [p.read_text() for p in release.PACKAGE.rglob("*.py")]
     notebooks = [p.read_text() for p in release.NOTEBOOKS.glob("*.ipynb")]  # what students get anyway
-    hints = [text for e in exercises.all_exercises() for text in (*e.hints, *(m.message for m in e.misconceptions))]
+    hints = [text for e in checking.all_exercises() for text in (*e.hints, *(m.message for m in e.misconceptions))]
     return "\n".join(code + notebooks + hints)
 
 
@@ -56,14 +57,14 @@ def _body_lines(function):
 def _secrets():
     """Texts that must not appear in any file of the release: lines of references and wrong answers."""
     texts, shared = set(), _shared_text()
-    for exercise in exercises.all_exercises():
+    for exercise in checking.all_exercises():
         if exercise.kind == "function":
             texts |= _body_lines(exercise.reference)
         for wrong in exercise.wrong_answers:
             if callable(wrong.answer):
                 texts |= _body_lines(wrong.answer)
     texts = {text for text in texts if text not in shared}
-    return texts | {exercise.module for exercise in exercises.all_exercises()}  # autograd_lab.solutions.nbNN_...
+    return texts | {exercise.module for exercise in checking.all_exercises()}  # autograd_lab_solutions.nbNN_...
 
 
 def test_no_reference_source_wrong_answer_or_solutions_module_is_in_any_file(build):
@@ -78,7 +79,7 @@ def test_no_reference_source_wrong_answer_or_solutions_module_is_in_any_file(bui
 def test_no_hidden_seed_and_no_expected_prediction_is_in_the_public_data(build):
     for path in sorted((build / "autograd_lab" / "public").glob("*.pt")):
         for spec in torch.load(path, weights_only=True)["exercises"]:
-            exercise = exercises.get(spec["meta"]["id"])
+            exercise = checking.get(spec["meta"]["id"])
             assert set(spec["records"]) == set(exercise.public_seeds)
             assert "hidden_seeds" not in spec["meta"] and spec["meta"]["hidden_count"] == len(exercise.hidden_seeds)
             assert spec["inputs"] is None or set(spec["inputs"]) == set(exercise.public_seeds)
@@ -87,15 +88,15 @@ def test_no_hidden_seed_and_no_expected_prediction_is_in_the_public_data(build):
                 assert f"'seed': {seed}," not in text
             if exercise.kind == "value":
                 output = spec["records"][exercise.public_seeds[0]]["output"]
-                assert output["__kind__"] == "hashed" and output["repr"] == public.HIDDEN_TEXT
+                assert output["__kind__"] == "hashed" and output["repr"] == hashed.HIDDEN_TEXT
 
 
 STUDENT = textwrap.dedent("""
     import json, sys
     sys.path[:0] = [sys.argv[1], sys.argv[2]]
     import autograd_lab
-    from autograd_lab import exercises
-    from autograd_lab.exercises import check, solution
+    from autograd_lab import checking
+    from autograd_lab.checking import check, solution
     out = {"package": autograd_lab.__file__, "modules": sorted(m for m in sys.modules if "solutions" in m)}
     def cube_grad(x):
         x = x.detach().requires_grad_(True)
@@ -113,14 +114,14 @@ STUDENT = textwrap.dedent("""
     }
     out["results"] = {k: [r.status, r.misconception, r.messages] for k, r in results.items()}
     out["solution"] = repr(solution("00.cube_grad"))
-    ex = exercises.get("00.cube_grad")
+    ex = checking.get("00.cube_grad")
     out["reference_raises"] = False
     try:
         ex.reference(None)
     except RuntimeError as error:
         out["reference_raises"] = "not part of this student build" in str(error)
     out["hidden_seeds"] = list(ex.hidden_seeds)
-    out["detectors"] = sorted({m.detect.__qualname__ for e in exercises.all_exercises() for m in e.misconceptions})
+    out["detectors"] = sorted({m.detect.__qualname__ for e in checking.all_exercises() for m in e.misconceptions})
     print(json.dumps(out))
 """)
 
@@ -154,12 +155,12 @@ def test_check_works_in_a_fresh_python_with_only_the_release_on_the_path(build, 
 
 
 def test_self_study_build_keeps_the_solutions(tmp_path, capsys):
-    from autograd_lab import cli
+    from autograd_lab.course import cli
 
     assert cli.main(["release", "--out", str(tmp_path / "self"), "--self-study"]) == 0
     assert "self-study build (with solutions)" in capsys.readouterr().out
     path = tmp_path / "self"
-    assert (path / "autograd_lab" / "solutions" / "nb00_start_here.py").exists()
+    assert (path / "autograd_lab_solutions" / "nb00_start_here.py").exists()
     assert not (path / "autograd_lab" / "public").exists()
 
 
@@ -177,7 +178,7 @@ def test_every_bank_answer_fails_in_the_release_and_most_keep_their_misconceptio
         monkeypatch.delenv(name, raising=False)
     released = _public_exercises(build)
     same, different, unchecked = [], [], []
-    for exercise in exercises.all_exercises():
+    for exercise in checking.all_exercises():
         mine = released[exercise.id]
         if getattr(mine, "checked_only_when_graded", None):
             unchecked.append(exercise.id)
@@ -186,12 +187,12 @@ def test_every_bank_answer_fails_in_the_release_and_most_keep_their_misconceptio
         answers = [(reference, None)] + [(w.answer, w.expect) for w in exercise.wrong_answers]
         for answer, expect in answers:
             records = {seed: observe(mine, answer, seed, timeout=30) for seed in mine.public_seeds}
-            result = judge(mine, records, exercises.reference_records(mine, mine.public_seeds))
+            result = judge(mine, records, checking.reference_records(mine, mine.public_seeds))
             if expect is None:
                 assert result.status == "passed", (exercise.id, result)
                 continue
             assert result.status != "passed", (exercise.id, expect)
-            self_study = exercises.check(exercise.id, answer)
+            self_study = checking.check(exercise.id, answer)
             (same if result.misconception == self_study.misconception else different).append(
                 (exercise.id, expect, self_study.misconception, result.misconception))
     print(f"\nsame misconception: {len(same)}, different: {len(different)}: {different}; "
@@ -202,13 +203,13 @@ def test_every_bank_answer_fails_in_the_release_and_most_keep_their_misconceptio
 def test_a_grading_kernel_can_observe_on_the_graders_inputs(build):
     """What a kernel importing the release needs: the grader's inputs, public and hidden, sent in."""
     mine = _public_exercises(build)["00.cube_grad"]
-    original = exercises.get("00.cube_grad")
+    original = checking.get("00.cube_grad")
     seeds = [*original.public_seeds, *original.hidden_seeds]
     sent = {seed: original.inputs(seed, original.is_hidden(seed)) for seed in seeds}
     kernel_side = public.with_inputs(mine, sent, original.hidden_seeds)
     records = {seed: observe(kernel_side, original.reference, seed) for seed in seeds}
     assert [records[s]["hidden"] for s in seeds] == [original.is_hidden(s) for s in seeds]
-    result = judge(original, records, exercises.reference_records(original, seeds))
+    result = judge(original, records, checking.reference_records(original, seeds))
     assert result.status == "passed" and result.hidden_total == len(original.hidden_seeds)
 
 
@@ -240,7 +241,7 @@ def test_every_misconception_reaches_the_release_as_data(build):
     """A detector function becomes the bank answer's fingerprint: each one needs such an answer."""
     for path in sorted((build / "autograd_lab" / "public").glob("*.pt")):
         for spec in torch.load(path, weights_only=True)["exercises"]:
-            exercise = exercises.get(spec["meta"]["id"])
+            exercise = checking.get(spec["meta"]["id"])
             assert [m["tag"] for m in spec["misconceptions"]] == [m.tag for m in exercise.misconceptions]
             for item in spec["misconceptions"]:
                 assert item["form"] == "claims" or item["prints"], (exercise.id, item["tag"])

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-TEST_ONLY = {"pytest", "pytest-xdist", "pyyaml", "playwright"}
+TEST_ONLY = {"pytest", "pytest-xdist", "pyyaml", "playwright", "import-linter"}
 
 
 def requirement_name(spec):
@@ -53,7 +53,7 @@ def test_pyproject_gives_ranges_and_the_fixed_names():
     assert project["name"] == "autograd-lab"
     assert project["requires-python"] == ">=3.10"
     assert any(dep.startswith("torch>=2.5,<2.16") for dep in project["dependencies"])
-    assert project["scripts"]["autograd-lab"] == "autograd_lab.cli:main"
+    assert project["scripts"]["autograd-lab"] == "autograd_lab.course.cli:main"
 
 
 def test_conda_environment_matches_the_pip_path():

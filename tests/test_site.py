@@ -3,7 +3,7 @@ import re
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from autograd_lab.site import main
+from autograd_lab.course.site import main
 
 KERNEL = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
 

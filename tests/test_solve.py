@@ -8,7 +8,7 @@ import pytest
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from autograd_lab.solve import SolveError, main, solve
+from autograd_lab.course.solve import SolveError, main, solve
 
 IMPORTS = "import torch\nfrom autograd_lab import check, hint, solution"
 
@@ -81,7 +81,7 @@ def test_main_explains_the_failure_on_stderr(tmp_path, capsys):
     bad = write(tmp_path / "bad.ipynb", _broken(exercise_cell("00.no_such_thing", "x = 1")))
     assert main(argparse.Namespace(notebooks=[str(bad)], out=str(tmp_path / "out"))) == 1
     err = capsys.readouterr().err
-    assert "nothing written" in err and "00.no_such_thing" in err and "autograd_lab/solutions" in err
+    assert "nothing written" in err and "00.no_such_thing" in err and "autograd_lab_solutions" in err
 
 
 def test_bad_inputs_are_refused(tmp_path):

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from autograd_lab.tiny_engine import Value, topological_order
+from autograd_lab.labs.tiny_engine import Value, topological_order
 
 
 def _both(expression, *values):

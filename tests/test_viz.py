@@ -13,8 +13,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from autograd_lab import diff, draw, trace_backward
-from autograd_lab._viz import layout
-from autograd_lab._viz.walk import MAX_SHARED_USES
+from autograd_lab.viz import layout
+from autograd_lab.viz.walk import MAX_SHARED_USES
 from autograd_lab.viz import Graph, LayoutError
 
 

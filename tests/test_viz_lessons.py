@@ -6,8 +6,8 @@ import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
 from autograd_lab import diff, draw
-from autograd_lab._viz import compare, describe
-from autograd_lab._viz.model import Model, Node
+from autograd_lab.viz import compare, describe
+from autograd_lab.viz.model import Model, Node
 
 
 # -- shared leaves ----------------------------------------------------------------
@@ -288,7 +288,7 @@ def test_static_fallback_shows_a_few_key_frames_and_a_table_of_every_step():
 
 def test_slider_covers_every_step_when_ipywidgets_is_installed():
     widgets = pytest.importorskip("ipywidgets")   # pinned in requirements/course.txt
-    from autograd_lab._viz.trace import _slider
+    from autograd_lab.viz.trace import _slider
     trace = _long_trace()
     box = _slider(trace.frames, widgets)
     slider = box.children[0]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from autograd_lab.cli import main as cli
-from autograd_lab.workspace import WorkspaceError, reset, sha256, sync
+from autograd_lab.course.cli import main as cli
+from autograd_lab.course.workspace import WorkspaceError, reset, sha256, sync
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -110,7 +110,7 @@ def test_make_lab_opens_the_workspace_not_the_shipped_notebooks():
 
 def test_solve_reads_the_workspace_it_is_pointed_at(tmp_path):
     # The student's copy (any folder) works as input: nothing assumes notebooks/.
-    from autograd_lab.solve import solve
+    from autograd_lab.course.solve import solve
 
     work = tmp_path / "work"
     sync(ROOT / "notebooks", work)

@@ -30,7 +30,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
-from autograd_lab import exercises
+from autograd_lab import checking
 
 from . import reports, scoring
 from .execute import code_cells
@@ -65,7 +65,7 @@ def choose_exercises(numbers):
     if not numbers:
         raise UsageError("Say which notebook's exercises to grade with --notebook NN (for example --notebook 00), "
                          "or grade an assignment with --assignment FILE.")
-    chosen = [e for e in exercises.all_exercises() if e.id.split(".")[0] in numbers]
+    chosen = [e for e in checking.all_exercises() if e.id.split(".")[0] in numbers]
     if not chosen:
         raise UsageError(f"No registered exercise belongs to notebook(s) {', '.join(numbers)}.")
     return chosen
@@ -89,7 +89,7 @@ _BUILDS = {}
 
 def student_build(workroot):
     """A student build (no solutions) for the kernels, made once per grader process."""
-    from autograd_lab import release
+    from autograd_lab.grading import release
 
     if "path" not in _BUILDS or not os.path.isdir(_BUILDS["path"]):
         folder = tempfile.mkdtemp(prefix="autograd-lab-release-")

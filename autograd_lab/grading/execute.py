@@ -23,7 +23,7 @@ _HARVEST_MODULE = "__import__('autograd_lab.grading.harvest', fromlist=['emit'])
 _SNAPSHOT_TIMEOUT = 30
 MAX_TOTAL_OUTPUT = 500_000   # characters of printed output kept per submission, all cells together
 _HARVEST_STARTUP = 60   # seconds for the kernel to import the checker before the first seed
-_PRELOAD = "import torch, autograd_lab.exercises as _e; _e.all_exercises(); del _e"
+_PRELOAD = "import torch, autograd_lab.checking as _e; _e.all_exercises(); del _e"
 
 
 @dataclass

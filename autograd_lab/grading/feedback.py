@@ -101,12 +101,3 @@ def write_html(path, title, rows, problem_lines, summary):
         file.write(render_html(title, rows, problem_lines, summary))
     return path
 
-
-def write_for_report(out, report):
-    """``OUT/feedback/<student>.html`` for one report of ``autograd-lab grade``."""
-    from .reports import file_stem
-
-    pairs = [(grade["exercise_id"][:2], grade) for grade in report["exercises"]]
-    summary = f"{report['student']}: {report['score']:g} / {report['max_score']:g} points."
-    return write_html(os.path.join(out, "feedback", f"{file_stem(report['student'])}.html"),
-                      f"Feedback for {report['student']}", pairs, problems(report), summary)

@@ -21,7 +21,7 @@ import os
 import shutil
 from pathlib import Path
 
-from autograd_lab import exercises
+from autograd_lab import checking
 
 from . import feedback, reports
 from .submissions import UsageError, exercise_ids_marked, read_notebook
@@ -30,7 +30,7 @@ STATE = "gradebook.json"
 
 
 def notebook_exercises(number):
-    return [e for e in exercises.all_exercises() if e.id[:2] == number]
+    return [e for e in checking.all_exercises() if e.id[:2] == number]
 
 
 def batch_grader(jobs=2, cell_timeout=60.0, **options):

@@ -63,7 +63,7 @@ def _load_inputs(path):
     """The grader's ``{seed: args}`` (``.grad`` carried beside, as torch.save drops it)."""
     import torch
 
-    from autograd_lab._checking.observe import flat_tensors
+    from autograd_lab.checking.observe import flat_tensors
 
     saved = torch.load(path, weights_only=False)   # written by the grader, read once, then deleted
     os.remove(path)
@@ -86,8 +86,8 @@ def emit(exercise_id, seeds, timeout, inputs_path=None, hidden_seeds=()):
     import torch
     from IPython.display import publish_display_data
 
-    from autograd_lab._checking.public import with_inputs
-    from autograd_lab.exercises import get, observe
+    from autograd_lab.checking.public import with_inputs
+    from autograd_lab.checking import get, observe
 
     exercise = get(exercise_id)
     if inputs_path is not None:
@@ -117,8 +117,8 @@ def jacobians(exercise, answer, seed, timeout, eps=1e-6):
     """
     import torch
 
-    from autograd_lab._checking.hermetic import TimedOut, deadline, isolated
-    from autograd_lab._checking.observe import as_callable
+    from autograd_lab.checking.hermetic import TimedOut, deadline, isolated
+    from autograd_lab.checking.observe import as_callable
 
     function = as_callable(answer)
     args = [a.detach().to(torch.float64).requires_grad_(True) if isinstance(a, torch.Tensor) and a.is_floating_point()

@@ -14,6 +14,8 @@ import os
 import re
 from collections import Counter
 
+from . import feedback
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -33,20 +35,25 @@ def _write_json(path, data):
 
 def write_student(out, report):
     """The student's JSON, Gradescope ``results.json`` and offline feedback page."""
-    from . import feedback
-
     _name_renamed_answers(report)
-    feedback.write_for_report(out, report)
+    _write_feedback_page(out, report)
     stem = file_stem(report["student"])
     _write_json(os.path.join(out, "students", f"{stem}.json"), report)
     _write_json(os.path.join(out, "gradescope", stem, "results.json"), gradescope_results(report))
 
 
+def _write_feedback_page(out, report):
+    """``OUT/feedback/<student>.html`` for one report of ``autograd-lab grade``."""
+    pairs = [(grade["exercise_id"][:2], grade) for grade in report["exercises"]]
+    summary = f"{report['student']}: {report['score']:g} / {report['max_score']:g} points."
+    return feedback.write_html(os.path.join(out, "feedback", f"{file_stem(report['student'])}.html"),
+                               f"Feedback for {report['student']}", pairs, feedback.problems(report), summary)
+
+
 def _name_renamed_answers(report):
     """"no `train` defined; found `train_fixed`" instead of a bare "not attempted"."""
-    from autograd_lab import exercises
+    from autograd_lab import checking
 
-    from . import feedback
     from .submissions import read_notebook
 
     if not any(g["status"] == "not attempted" for g in report["exercises"]):
@@ -54,7 +61,7 @@ def _name_renamed_answers(report):
     notebook, _ = read_notebook(report["submission"])
     if notebook is None:   # an undecodable file name is shown escaped, and cannot be reopened by it
         return
-    by_id = {e.id: e for e in exercises.all_exercises()}
+    by_id = {e.id: e for e in checking.all_exercises()}
     feedback.renamed_answers(report["exercises"], by_id, notebook)
 
 

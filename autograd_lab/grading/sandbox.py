@@ -12,8 +12,8 @@ kernel in ``bwrap`` with:
 * a non-root uid inside with no capabilities;
 * read-only binds of the OS (``/usr``, ``/lib*``, ``/bin``, ``/etc``), the
   Python installation and the venv, and the course package (``package_root``:
-  the repository's, or a release build) with ``solutions/`` hidden under an
-  empty tmpfs;
+  a release build, or the repository's ``autograd_lab``; the solutions live in
+  ``autograd_lab_solutions`` beside it, which is never bound);
 * a private tmpfs ``/tmp`` and ``$HOME``, and the submission's work folder
   read-write (the only place it can write that outlives it).
 
@@ -118,9 +118,7 @@ def bwrap_prefix(read_only, package_root, work, connection_folder):
     for path in read_only:
         argv += ["--ro-bind", path, path]
     package = os.path.join(PACKAGE_MOUNT, "autograd_lab")
-    argv += ["--ro-bind", os.path.join(package_root, "autograd_lab"), package]
-    if os.path.isdir(os.path.join(package_root, "autograd_lab", "solutions")):
-        argv += ["--tmpfs", os.path.join(package, "solutions")]   # the references stay outside
+    argv += ["--ro-bind", os.path.join(package_root, "autograd_lab"), package]  # never autograd_lab_solutions
     argv += ["--bind", work, work, "--ro-bind", connection_folder, connection_folder,
              "--chdir", work, "--"]
     return argv
@@ -174,9 +172,8 @@ def _probe(python, package_root, memory_mb, file_mb):
     scratch = _scratch()
     argv = bwrap_prefix(read_only, package_root, scratch, scratch)
     # The kernel's imports work, and the references are out of its sight.
-    check = ("import ipykernel, torch, autograd_lab, os; "
-             "s = os.path.join(os.path.dirname(autograd_lab.__file__), 'solutions'); "
-             "assert not (os.path.isdir(s) and os.listdir(s)), 'the solutions are visible'")
+    check = ("import ipykernel, torch, autograd_lab, importlib.util; "
+             "assert importlib.util.find_spec('autograd_lab_solutions') is None, 'the solutions are visible'")
     try:
         result = subprocess.run([*argv, python, "-c", check], capture_output=True, text=True, timeout=180,
                                 env=probe.environment("/tmp"), stdin=subprocess.DEVNULL)

@@ -19,8 +19,8 @@ import zipfile
 
 import torch
 
-from autograd_lab import exercises
-from autograd_lab._checking.records import KIND, MAX_WARNINGS, TooLarge, check_bounded
+from autograd_lab import checking
+from autograd_lab.checking.records import KIND, MAX_WARNINGS, TooLarge, check_bounded
 
 MAX_PAYLOAD_CHARS = 16 << 20
 MAX_ENTRIES = 10_000
@@ -37,7 +37,7 @@ def grade_from_payload(exercise, payload, seeds):
     """The grade dict of ``exercise`` from the base64 records ``payload`` sent by the kernel."""
     try:
         records = _decode(payload, seeds)
-        reference = exercises.reference_records(exercise, seeds)
+        reference = checking.reference_records(exercise, seeds)
         for seed in seeds:
             _check_shape(records[seed], reference[seed])
             if exercise.gradcheck:
@@ -45,7 +45,7 @@ def grade_from_payload(exercise, payload, seeds):
     except ValueError as error:
         return error_grade(exercise, f"the records sent back by the kernel were unusable: {error}")
     try:
-        return exercises.judge(exercise, records, reference).to_dict()
+        return checking.judge(exercise, records, reference).to_dict()
     except Exception as error:  # records of a shape the judge did not foresee: this exercise only
         return error_grade(exercise, f"the records sent back by the kernel were malformed "
                                      f"({type(error).__name__})")

@@ -36,13 +36,13 @@ def run_job(job):
 
 def judge_all(plan, execution):
     """Every exercise's grade, judged here: one hostile record costs this process, never the batch."""
-    from autograd_lab import exercises
+    from autograd_lab import checking
 
     from . import scoring
 
     grades = {}
     for item in plan:
-        exercise = exercises.get(item["id"])
+        exercise = checking.get(item["id"])
         try:
             if item["id"] in execution.records:
                 grades[item["id"]] = scoring.grade_from_payload(exercise, execution.records[item["id"]], item["seeds"])
@@ -63,11 +63,11 @@ def send_inputs(exercise_id, folder):
     """
     import torch
 
-    from autograd_lab import exercises
-    from autograd_lab._checking.observe import flat_tensors
-    from autograd_lab._checking.records import readable_grad
+    from autograd_lab import checking
+    from autograd_lab.checking.observe import flat_tensors
+    from autograd_lab.checking.records import readable_grad
 
-    exercise = exercises.get(exercise_id)
+    exercise = checking.get(exercise_id)
     if exercise.kind == "value":
         return None
     saved = {}
@@ -76,7 +76,7 @@ def send_inputs(exercise_id, folder):
         saved[int(seed)] = {"args": args, "grads": [readable_grad(t) for t in flat_tensors(args)]}
     buffer = io.BytesIO()
     torch.save(saved, buffer)
-    if b"autograd_lab.solutions" in buffer.getvalue():
+    if b"autograd_lab_solutions" in buffer.getvalue():
         raise TypeError("an input is an object defined next to the reference")
     path = os.path.join(folder, f".inputs-{exercise_id}.pt")
     with open(path, "wb") as file:

@@ -1,0 +1,268 @@
+"""Compare one recorded value with the reference's and name what went wrong.
+
+``compare_values`` walks both records in step and returns the first ``Finding``
+(a misconception tag and a message) or ``None`` when they agree.  Metadata is
+reported before values (a wrong shape makes every number wrong), and before
+saying "wrong value" the usual mistakes are recognised: ``none``, ``all_zeros``,
+``doubled``, ``sign_flipped``, ``scaled``.  Each is named only when the answer has
+that property on every element (within the tolerance): ``doubled`` means
+student = 2 x reference everywhere, not "larger"; ``scaled`` needs at least two
+nonzero expected elements, since a single number is always some multiple of another.
+
+Values agree under ``torch.testing.assert_close``'s rule and per-dtype default
+tolerances.  The torch functions used here are bound when this module is
+imported, so a student who later replaces ``torch.allclose``, ``torch.isclose``
+or ``torch.testing.assert_close`` changes nothing.
+"""
+
+import math
+import re
+from dataclasses import dataclass
+
+import torch
+
+from .findings import MESSAGES, Finding
+from .hashed import compare_hashed, is_hashed
+from .records import KIND, describe
+
+_isclose = torch.isclose
+_all = torch.all
+_abs = torch.abs
+_where = torch.where
+_zeros_like = torch.zeros_like
+_argmax = torch.argmax
+_unravel = torch.unravel_index
+_isnan = torch.isnan
+_tensor = torch.tensor
+
+# torch.testing.assert_close's per-dtype defaults (rtol, atol); other dtypes compare exactly.
+DEFAULT_TOLERANCES = {
+    torch.float16: (1e-3, 1e-5),
+    torch.bfloat16: (1.6e-2, 1e-5),
+    torch.float32: (1.3e-6, 1e-5),
+    torch.float64: (1e-7, 1e-7),
+    torch.complex64: (1.3e-6, 1e-5),
+    torch.complex128: (1e-7, 1e-7),
+}
+_SUFFIX = re.compile(r"\d+$")
+
+@dataclass(frozen=True)
+class Tolerance:
+    rtol: object = None
+    atol: object = None
+
+    def for_dtype(self, dtype):
+        rtol, atol = DEFAULT_TOLERANCES.get(dtype, (0.0, 0.0))
+        return (rtol if self.rtol is None else self.rtol, atol if self.atol is None else self.atol)
+
+
+def grad_fn_family(name):
+    """``MmBackward0`` -> ``MmBackward``: tolerant of PyTorch renumbering its nodes."""
+    return None if name is None else _SUFFIX.sub("", name)
+
+
+def compare_values(student, reference, where, tolerance, *, state=False, grads=False):
+    """The first difference between two records, or ``None``.
+
+    ``state``: also compare the autograd state of tensors.  ``grads``: also
+    compare tensors' ``.grad`` (for arguments changed by side effect).
+    """
+    if is_hashed(reference):  # a student build's prediction
+        return compare_hashed(student, reference, where)
+    if isinstance(reference, dict) and reference.get(KIND) == "tensor":
+        return _compare_tensor(student, reference, where, tolerance, state, grads)
+    if isinstance(reference, dict) and KIND in reference:
+        return _compare_container(student, reference, where, tolerance, state, grads)
+    return _compare_plain(student, reference, where)
+
+
+def _is_kind(record, *kinds):
+    return isinstance(record, dict) and record.get(KIND) in kinds
+
+
+def _compare_container(student, reference, where, tolerance, state, grads):
+    kind = reference[KIND]
+    if kind in ("tuple", "list"):
+        if not _is_kind(student, "tuple", "list"):
+            return Finding("structure", f"{where}: expected a {describe(reference)}, got {describe(student)}.")
+        if len(student["items"]) != len(reference["items"]):
+            return Finding("structure", f"{where}: expected a {kind} of length {len(reference['items'])}, "
+                                        f"got length {len(student['items'])}.")
+        pairs = [(f"{where}[{i}]", s, r) for i, (s, r) in enumerate(zip(student["items"], reference["items"]))]
+    elif kind in ("dict", "module"):
+        field = "items" if kind == "dict" else "parameters"
+        if not _is_kind(student, kind):
+            return Finding("structure", f"{where}: expected a {describe(reference)}, got {describe(student)}.")
+        finding = _compare_keys(student[field], reference[field], where)
+        if finding:
+            return finding
+        label = "[{!r}]" if kind == "dict" else ".{}"
+        pairs = [(where + label.format(key), student[field][key], reference[field][key]) for key in reference[field]]
+    else:  # an object we can only compare by type and repr
+        if not _is_kind(student, "object") or (student["type"], student["repr"]) != (reference["type"], reference["repr"]):
+            return Finding("wrong_value", f"{where}: expected {reference['repr']}, got {describe(student)}.")
+        return None
+    for label, s, r in pairs:
+        finding = compare_values(s, r, label, tolerance, state=state, grads=grads or kind == "module")
+        if finding:
+            return finding
+    return None
+
+
+def _compare_keys(student, reference, where):
+    missing = [key for key in reference if key not in student]
+    extra = [key for key in student if key not in reference]
+    if not missing and not extra:
+        return None
+    parts = []
+    if missing:
+        parts.append("missing " + ", ".join(repr(k) for k in missing))
+    if extra:
+        parts.append("unexpected " + ", ".join(repr(k) for k in extra))
+    return Finding("structure", f"{where}: keys differ: {'; '.join(parts)}.")
+
+
+def _compare_plain(student, reference, where):
+    """None, bool, int, float, str: exact, except floats within a small tolerance."""
+    if reference is None:
+        return None if student is None else Finding("wrong_value", f"{where}: expected None, got {describe(student)}.")
+    if isinstance(reference, bool) or isinstance(student, bool):
+        same = type(student) is type(reference) and student == reference
+        return None if same else Finding("wrong_value", f"{where}: expected {reference!r}, got {_short(student)}.")
+    if isinstance(reference, (int, float)):
+        if not isinstance(student, (int, float)):
+            return Finding("structure", f"{where}: expected a number, got {describe(student)}.")
+        if math.isclose(student, reference, rel_tol=1e-6, abs_tol=1e-8) or (
+                math.isnan(student) and math.isnan(reference)):
+            return None
+        return Finding("wrong_value", f"{where}: expected {reference!r}, got {student!r}.")
+    if student == reference:
+        return None
+    return Finding("wrong_value", f"{where}: expected {_short(reference)}, got {_short(student)}.")
+
+
+def _short(value):
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        text = repr(value)
+        return text if len(text) <= 60 else text[:57] + "..."
+    return describe(value)
+
+
+def _compare_tensor(student, reference, where, tolerance, state, grads):
+    if student is None:
+        return Finding("none", MESSAGES["none"].format(where=where.capitalize()))
+    if not _is_kind(student, "tensor"):
+        return Finding("structure", f"{where}: expected a {describe(reference)}, got {describe(student)}.")
+    finding = (_compare_metadata(student, reference, where)
+               or compare_tensor_values(student["value"], reference["value"], where, tolerance))
+    if finding is None and state:
+        finding = _compare_state(student, reference, where)
+    if finding is None and grads:
+        finding = _compare_grad(student, reference, where, tolerance)
+    return finding
+
+
+def _compare_metadata(student, reference, where):
+    s, r = student["value"], reference["value"]
+    if s.shape != r.shape:
+        return Finding("shape", f"{where}: expected shape {tuple(r.shape)}, got {tuple(s.shape)}.")
+    if s.dtype != r.dtype:
+        return Finding("dtype", f"{where}: expected dtype {r.dtype}, got {s.dtype}.")
+    if student["device"] != reference["device"]:
+        return Finding("device", f"{where}: expected device {reference['device']}, got {student['device']}.")
+    return None
+
+
+def _compare_state(student, reference, where):
+    checks = (
+        ("requires_grad", student["requires_grad"], reference["requires_grad"]),
+        ("is_leaf", student["is_leaf"], reference["is_leaf"]),
+        ("grad_fn", grad_fn_family(student["grad_fn"]), grad_fn_family(reference["grad_fn"])),
+        (".grad", _set_or_none(student["grad"]), _set_or_none(reference["grad"])),
+        ("_version", student["version"], reference["version"]),
+    )
+    for name, actual, expected in checks:
+        if actual != expected:
+            return Finding("state", f"{where}: expected {name} {expected}, got {actual}.")
+    return None
+
+
+def _set_or_none(grad):
+    return "None" if grad is None else "set"
+
+
+def _compare_grad(student, reference, where, tolerance):
+    label = f"the .grad of {where}"
+    if reference["grad"] is None:
+        if student["grad"] is None:
+            return None
+        return Finding("state", f"{label}: expected None, got a tensor.")
+    if student["grad"] is None:
+        return Finding("none", MESSAGES["none"].format(where=label[:1].upper() + label[1:]))
+    s, r = student["grad"], reference["grad"]
+    if s.shape != r.shape or s.dtype != r.dtype:
+        return Finding("shape", f"{label}: expected shape {tuple(r.shape)} and dtype {r.dtype}, "
+                                f"got {tuple(s.shape)} and {s.dtype}.")
+    return compare_tensor_values(s, r, label, tolerance)
+
+
+def compare_tensor_values(s, r, where, tolerance):
+    """Values of two tensors of equal metadata; on a mismatch, name the misconception."""
+    rtol, atol = tolerance.for_dtype(r.dtype)
+    if _close(s, r, rtol, atol):
+        return None
+    return _name_mismatch(s, r, where, rtol, atol) or _worst_error(s, r, where, rtol, atol)
+
+
+def _close(s, r, rtol, atol):
+    """``torch.testing.assert_close``'s rule, |s - r| <= atol + rtol |r| with NaN equal to NaN,
+    computed with functions bound at import (assert_close itself looks up torch.isclose late)."""
+    if not (s.is_floating_point() or s.is_complex()):
+        return bool(_all(s == r))
+    same = (s == r) | (_isnan(s) & _isnan(r))   # == also covers equal infinities
+    within = _abs(s - r) <= atol + rtol * _abs(r)
+    return bool(_all(same | within))
+
+
+def _name_mismatch(s, r, where, rtol, atol):
+    if not (s.is_floating_point() or s.is_complex()) or r.numel() == 0 or not bool((r != 0).any()):
+        return None
+    label = where[:1].upper() + where[1:]
+    if not bool((s != 0).any()):
+        return Finding("all_zeros", MESSAGES["all_zeros"].format(where=label))
+    for factor, tag in ((2.0, "doubled"), (-1.0, "sign_flipped")):
+        if _close(s, r * factor, rtol, atol):
+            return Finding(tag, MESSAGES[tag].format(where=label))
+    if int((r != 0).sum()) < 2:  # one number is always some multiple of another: that says nothing
+        return None
+    factor = _best_factor(s, r)
+    if factor is not None and _close(s, r * factor, max(rtol, 1e-5), atol):
+        return Finding("scaled", MESSAGES["scaled"].format(where=label, factor=factor))
+    return None
+
+
+def _best_factor(s, r):
+    """The least-squares k in s = k r, unless it is 0, 1, -1 or 2 (named elsewhere)."""
+    if s.is_complex() or r.is_complex():
+        return None
+    s64, r64 = s.to(torch.float64), r.to(torch.float64)
+    factor = float((s64 * r64).sum() / (r64 * r64).sum())
+    if not math.isfinite(factor) or any(math.isclose(factor, k, abs_tol=1e-6) for k in (0, 1, -1, 2)):
+        return None
+    return factor
+
+
+def _worst_error(s, r, where, rtol, atol):
+    """``wrong_value``: the worst absolute and relative error and where they are."""
+    s64, r64 = s.to(torch.float64), r.to(torch.float64)
+    diff = _abs(s64 - r64)
+    diff = _where(_isnan(diff), _zeros_like(diff) + math.inf, diff)
+    worst = int(_argmax(diff.reshape(-1))) if diff.numel() else 0
+    index = tuple(int(i) for i in _unravel(_tensor(worst), tuple(r.shape))) if r.dim() else ()
+    rel = diff / _abs(r64).clamp_min(1e-12)
+    mismatched = int((~_isclose(s64, r64, rtol=rtol, atol=atol, equal_nan=True)).sum())
+    return Finding("wrong_value", (
+        f"{where}: {mismatched} of {r.numel()} elements differ; the worst absolute error is "
+        f"{float(diff.reshape(-1)[worst]):.3g} at index {index} (expected {float(r64.reshape(-1)[worst]):.4g}, "
+        f"got {float(s64.reshape(-1)[worst]):.4g}); the worst relative error is {float(rel.max()):.3g}."))
+

@@ -1,0 +1,252 @@
+"""Turn the records of the student and the reference into a ``Result``.
+
+Each case (one seed) is judged on its own; then the cases are summed up.  A case
+whose seed is one of ``exercise.hidden_seeds`` is a hidden check: its inputs and
+details never reach the feedback, only how many hidden checks passed and the
+misconception tag.
+"""
+
+from dataclasses import dataclass
+
+from .compare import Tolerance, compare_values
+from .findings import Finding
+from .display import Result
+from .detectors import named
+from .methods import broken
+from .observe import RECORD_STATUSES
+from .records import KIND, decode, describe
+
+
+@dataclass(frozen=True)
+class Case:
+    """The verdict on one seed."""
+
+    seed: int
+    hidden: bool
+    status: str          # "passed", "failed", "not attempted", "error", "timed out"
+    finding: object = None
+    inputs: str = ""     # what the case was called with, for public feedback only
+
+    @property
+    def tag(self):
+        return {"not attempted": "not_attempted", "error": "error", "timed out": "timeout"}.get(
+            self.status, self.finding.tag if self.finding else None)
+
+
+def judge(exercise, student_records, reference_records):
+    """The ``Result`` of comparing student and reference records, seed by seed."""
+    seeds = sorted(student_records, key=lambda seed: (exercise.is_hidden(seed), seed))
+    cases = [judge_case(exercise, student_records[seed], _reference(reference_records, seed, exercise))
+             for seed in seeds]
+    # Hidden cases' warnings could describe their inputs: only public ones are shown.
+    warnings = _unique(w for seed in seeds if not exercise.is_hidden(seed)
+                       for w in student_records[seed].get("warnings", ()))
+    return summarize(exercise, cases, warnings)
+
+
+def _reference(records, seed, exercise):
+    record = records.get(seed)
+    if record is None:
+        raise KeyError(f"{exercise.id}: no reference record for seed {seed}.")
+    if record["status"] != "ok":
+        raise RuntimeError(f"The reference solution of {exercise.id} does not work on seed {seed} "
+                           f"({record['status']}: {record.get('error')}). Fix it in {exercise.module}.")
+    return record
+
+
+def judge_case(exercise, student, reference):
+    """The verdict on one case: passed, or the first difference found."""
+    status = student["status"]
+    seed, hidden, inputs = student["seed"], exercise.is_hidden(student["seed"]), describe_inputs(reference)
+    if status not in RECORD_STATUSES:
+        return Case(seed, hidden, "error", Finding("error", f"not a record made by observe (status {status!r})"), inputs)
+    if status != "ok":
+        return Case(seed, hidden, status, Finding(status, student.get("error") or ""), inputs)
+    finding = method_finding(exercise, student) or first_difference(exercise, student, reference)
+    if finding is None:
+        return Case(seed, hidden, "passed", None, inputs)
+    return Case(seed, hidden, "failed", named(exercise, finding, student, reference), inputs)
+
+
+def method_finding(exercise, student):
+    """A ``Finding`` naming the method the answer broke, judged before its values.
+
+    The method comes first: a typed formula that happens to be right still misses the skill.
+    """
+    if not exercise.method:
+        return None
+    facts = student.get("facts")
+    if not isinstance(facts, dict):
+        return Finding("method", "the record holds no facts about how the answer ran, so the method "
+                                 f"this exercise asks for ({exercise.method[0].name}) cannot be checked.")
+    try:
+        method = broken(exercise.method, facts, tuple(decode(arg) for arg in student.get("inputs", ())))
+    except (KeyError, TypeError):
+        return Finding("method", "the record's facts are incomplete, so the method cannot be checked.")
+    return None if method is None else Finding(method.tag, method.feedback())
+
+
+def first_difference(exercise, student, reference):
+    """Compare what ``exercise.compare`` asks for, in a fixed order; the first ``Finding``."""
+    tolerance = Tolerance(exercise.rtol, exercise.atol)
+    where = exercise.answer_name if exercise.kind == "value" else "the returned value"
+    steps = [lambda: compare_values(student["output"], reference["output"], where, tolerance,
+                                    state="state" in exercise.compare)]
+    if "state" in exercise.compare:
+        steps.append(lambda: _compare_grad_mode(student, reference))
+    if "args" in exercise.compare:
+        steps.append(lambda: _compare_args(student, reference, tolerance))
+    if "grad" in exercise.compare:
+        steps.append(lambda: _compare_input_grads(student, reference, tolerance))
+    if exercise.gradcheck:
+        steps.append(lambda: _gradcheck_finding(student))
+    for step in steps:
+        finding = step()
+        if finding:
+            return finding
+    return None
+
+
+def _compare_grad_mode(student, reference):
+    expected, actual = reference["grad_mode_after"], student["grad_mode_after"]
+    if expected == actual:
+        return None
+    advice = (" Your function switched it off and left it off: use `with torch.no_grad():` rather than "
+              "`torch.set_grad_enabled(False)`, so grad mode comes back by itself." if not actual else "")
+    return Finding("state", f"grad mode after your function: expected {'on' if expected else 'off'}, "
+                            f"got {'on' if actual else 'off'}.{advice}")
+
+
+def _compare_args(student, reference, tolerance):
+    for number, (s, r) in enumerate(zip(student["args_after"], reference["args_after"]), start=1):
+        finding = compare_values(s, r, f"argument {number}", tolerance, grads=True)
+        if finding:
+            return finding
+    return None
+
+
+def _compare_input_grads(student, reference, tolerance):
+    if reference.get("grad_error"):
+        raise RuntimeError(f"the reference's output cannot be backpropagated: {reference['grad_error']}")
+    if student.get("grad_error"):
+        return Finding("none", f"The returned value is not connected to the inputs ({student['grad_error']}). "
+                               "Usual causes: the path from the inputs was detached (`.detach()`, `.item()`, "
+                               "`torch.tensor(...)`), or it was computed under `torch.no_grad()`.")
+    for number, (s, r) in enumerate(zip(student["input_grads"], reference["input_grads"]), start=1):
+        finding = compare_values(s, r, f"the gradient of input {number}", tolerance)
+        if finding:
+            return finding
+    return None
+
+
+def _gradcheck_finding(student):
+    result = student.get("gradcheck") or {"passed": False, "message": "gradcheck did not run"}
+    if result["passed"]:
+        return None
+    return Finding("gradcheck", "torch.autograd.gradcheck (float64, central differences) disagrees "
+                                f"with your backward: {result['message']}")
+
+
+# --- summing up ----------------------------------------------------------------
+
+def summarize(exercise, cases, warnings=()):
+    public = [case for case in cases if not case.hidden]
+    hidden = [case for case in cases if case.hidden]
+    passed = sum(case.status == "passed" for case in cases)
+    status = _overall_status(cases)
+    score = 0 if status == "not attempted" or not cases else exercise.points * passed / len(cases)
+    failing = [case for case in public + hidden if case.status != "passed"]
+    failing = [case for case in failing if case.status == status] or failing  # the tag matches the status
+    messages = (_not_attempted_messages(exercise) if status == "not attempted"
+                else _failure_messages(public, hidden) + [_counts_line(exercise, public, hidden)])
+    messages += [f"Your code warned: {text}" for text in warnings[:3]]
+    return Result(
+        exercise_id=exercise.id, title=exercise.title, status=status,
+        score=round(score, 2), max_score=exercise.points,
+        misconception=failing[0].tag if failing and status != "not attempted" else (
+            "not_attempted" if status == "not attempted" else None),
+        messages=messages,
+        public_passed=sum(case.status == "passed" for case in public), public_total=len(public),
+        hidden_passed=sum(case.status == "passed" for case in hidden), hidden_total=len(hidden),
+    )
+
+
+def _overall_status(cases):
+    statuses = {case.status for case in cases}
+    if not cases or statuses == {"not attempted"}:
+        return "not attempted"
+    for status in ("timed out", "error", "failed", "not attempted"):
+        if status in statuses:
+            return "failed" if status == "not attempted" else status
+    return "passed"
+
+
+def _not_attempted_messages(exercise):
+    if exercise.kind == "value":
+        return [f"Not attempted yet: replace the ... in `{exercise.answer_name} = ...` with your answer, "
+                "then run this cell again."]
+    return [f"Not attempted yet: replace `raise NotImplementedError` in `{exercise.answer_name}` "
+            "with your code, then run this cell again."]
+
+
+def _failure_messages(public, hidden):
+    messages, tags_shown = [], set()
+    for number, case in enumerate(public, start=1):
+        if case.status == "passed" or case.tag in tags_shown:
+            continue
+        tags_shown.add(case.tag)
+        on = f" (on {case.inputs})" if case.inputs else ""
+        prefix = f"Check {number} of {len(public)}{on}: " if len(public) > 1 else ""
+        messages.append(prefix + _case_message(case))
+    failed_hidden = [case for case in hidden if case.status != "passed"]
+    if failed_hidden:
+        tags = ", ".join(sorted({case.tag for case in failed_hidden}))
+        messages.append(f"{len(failed_hidden)} of {len(hidden)} hidden checks failed ({tags}). Hidden checks "
+                        "use other seeds and shapes; their inputs are not shown.")
+    return messages
+
+
+def _case_message(case):
+    if case.status == "timed out":
+        return "your code ran past the time limit (an endless loop?) and was stopped."
+    if case.status == "error":
+        return f"your code raised {case.finding.message}"
+    if case.status == "not attempted":
+        return "your code still raises NotImplementedError on this case."
+    return case.finding.message
+
+
+def _counts_line(exercise, public, hidden):
+    passed = sum(case.status == "passed" for case in public)
+    noun = "check" if len(public) == 1 else "checks"
+    line = (f"{len(public)} public {noun} passed" if passed == len(public)
+            else f"{passed} of {len(public)} public {noun} passed")
+    if hidden:
+        hidden_passed = sum(case.status == "passed" for case in hidden)
+        return f"{line}; {hidden_passed} of {len(hidden)} hidden checks passed."
+    if exercise.hidden_seeds:
+        return f"{line}; hidden checks run when graded."
+    return f"{line}."
+
+
+def _unique(items):
+    seen = []
+    for item in items:
+        if item not in seen:
+            seen.append(item)
+    return seen
+
+
+def describe_inputs(record):
+    """What a public case was called with: ``float64 tensors of shapes (6, 4), (4,)``."""
+    inputs = record.get("inputs", ())
+    tensors = [arg["value"] for arg in inputs if isinstance(arg, dict) and arg.get(KIND) == "tensor"]
+    if not inputs or len(tensors) != len(inputs):
+        text = ", ".join(describe(arg) for arg in inputs)
+        return text if len(text) <= 120 else text[:117] + "..."
+    dtypes = {str(t.dtype).replace("torch.", "") for t in tensors}
+    kind = f"{dtypes.pop()} " if len(dtypes) == 1 else ""
+    shapes = ", ".join(str(tuple(t.shape)) for t in tensors)
+    if len(tensors) == 1:
+        return f"a {kind}tensor of shape {shapes}"
+    return f"{kind}tensors of shapes {shapes}"

@@ -1,0 +1,134 @@
+"""``autograd-lab doctor``: is this machine ready for the course?
+
+Each check returns a ``Finding``.  A finding that fails comes with the exact
+fix, and ``required`` findings decide the exit status: a missing GPU is
+information, a missing ``dot`` binary is a problem.
+"""
+
+import importlib.metadata
+import platform
+import shutil
+import subprocess
+import sys
+import warnings
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Finding:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    required: bool = True
+
+
+def _version(distribution):
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def check_python():
+    ok = sys.version_info >= (3, 10)
+    return Finding("python", ok, platform.python_version(),
+                   fix="Install Python 3.10 or newer, then run `make lab` again.")
+
+
+def check_package(distribution, why):
+    version = _version(distribution)
+    return Finding(distribution, version is not None, version or "not installed",
+                   fix=f"{why} is missing: run `make setup` (or `pip install -e .`).")
+
+
+def check_dot():
+    path = shutil.which("dot")
+    if path is None:
+        return Finding("graphviz dot", False, "not found on PATH", fix=dot_install_hint())
+    result = subprocess.run([path, "-V"], capture_output=True, text=True, timeout=30)
+    version = (result.stderr or result.stdout).strip()  # dot prints its version on stderr
+    return Finding("graphviz dot", result.returncode == 0, version or path,
+                   fix="`dot -V` failed: reinstall graphviz. " + dot_install_hint())
+
+
+def dot_install_hint():
+    """One line that says how to get the graphviz ``dot`` binary on this system."""
+    if sys.platform == "darwin":
+        return "Install graphviz: `brew install graphviz` (or `conda install -c conda-forge graphviz`)."
+    if sys.platform.startswith("win"):
+        return "Install graphviz: `conda install -c conda-forge graphviz` or `winget install graphviz`, then reopen the terminal."
+    return "Install graphviz: `sudo apt-get install graphviz` (or `conda install -c conda-forge graphviz`)."
+
+
+def check_cuda():
+    import torch
+
+    if not torch.cuda.is_available():
+        return Finding("cuda", False, "not available: GPU sections will be skipped, everything else runs on CPU",
+                       fix="Nothing to do for the course. For GPU figures, run on a machine with an NVIDIA GPU and a CUDA build of torch.",
+                       required=False)
+    return Finding("cuda", True, f"{torch.cuda.device_count()} device(s), {torch.cuda.get_device_name(0)}",
+                   required=False)
+
+
+def check_cpu_amp():
+    """The AMP lab needs CPU autocast and ``GradScaler("cpu")`` (torch >= 2.3)."""
+    import torch
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            scaler = torch.amp.GradScaler("cpu")
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                out = torch.ones(2, 2) @ torch.ones(2, 2)
+        ok = out.dtype == torch.bfloat16 and scaler.is_enabled()
+        detail = "CPU autocast gives bfloat16; GradScaler('cpu') enabled" if ok else "autocast or GradScaler('cpu') is disabled"
+    except Exception as error:  # any failure here is exactly what doctor must report
+        ok, detail = False, f"{type(error).__name__}: {error}"
+    return Finding("cpu amp", ok, detail,
+                   fix="Upgrade torch: the course pins torch==2.13.0 in requirements/course.txt (`make setup`).")
+
+
+def check_torch_range():
+    """The course is tested on a range of torch releases (``versions.SUPPORTED``); outside it, say so."""
+    from autograd_lab import versions
+
+    version = _version("torch")
+    ok = versions.in_supported_range(version)
+    low, high = versions.SUPPORTED
+    detail = (f"{version}: inside the tested range {low},{high}" if ok
+              else f"{version}: outside the tested range {low},{high}; the labs may fail or teach what your torch does not do")
+    return Finding("torch range", ok, detail, fix=(
+        f"In the course's venv run `make setup` (it installs the reference torch=={versions.PINNED}), "
+        f"or in your own environment `pip install \"torch{low},{high}\"`."))
+
+
+def run_checks():
+    findings = [check_python(), check_package("torch", "PyTorch")]
+    if findings[1].ok:
+        findings.append(check_torch_range())
+    findings += [check_package(name, name) for name in ("jupyterlab", "nbval", "ipykernel", "graphviz")]
+    findings.append(check_dot())
+    if findings[1].ok:
+        findings += [check_cuda(), check_cpu_amp()]
+    return findings
+
+
+def format_findings(findings):
+    lines = []
+    for finding in findings:
+        mark = "ok " if finding.ok else ("-- " if not finding.required else "XX ")
+        lines.append(f"{mark} {finding.name:<14} {finding.detail}")
+        if not finding.ok and finding.fix:
+            lines.append(f"    fix: {finding.fix}")
+    problems = [f for f in findings if f.required and not f.ok]
+    lines.append("Ready for the course." if not problems
+                 else f"{len(problems)} problem(s) to fix before the course will run.")
+    return "\n".join(lines)
+
+
+def main(args=None):
+    findings = run_checks()
+    print(format_findings(findings))
+    return 0 if all(f.ok for f in findings if f.required) else 1

@@ -1,0 +1,225 @@
+"""The DDP experiments of lab 08, one module-level function per experiment.
+
+Each runs inside one rank started by ``autograd_lab.labs.distributed.launch`` (the
+process group is already initialised) and returns a dict of plain values and
+CPU tensors for the notebook to compare.  Every rank builds the same data from
+the same seed and keeps its own slice, so the notebook can rebuild the whole
+batch in one process and check DDP against it.
+"""
+
+import time
+from contextlib import nullcontext
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DistributedSampler
+
+IN_FEATURES = 4
+OUT_FEATURES = 2
+
+
+def make_model(seed=0):
+    """The small model every experiment trains: the notebook builds the same one."""
+    torch.manual_seed(seed)
+    return nn.Linear(IN_FEATURES, OUT_FEATURES)
+
+
+def make_data(n, seed=1):
+    """``n`` (input, target) rows, identical on every rank and in the notebook."""
+    generator = torch.Generator().manual_seed(seed)
+    return (torch.randn(n, IN_FEATURES, generator=generator),
+            torch.randn(n, OUT_FEATURES, generator=generator))
+
+
+def rank_slice(tensor, rank, world_size):
+    """Rank ``rank``'s contiguous share of a batch: what a sampler without shuffling gives it."""
+    share = tensor.shape[0] // world_size
+    return tensor[rank * share:(rank + 1) * share]
+
+
+def grads_of(module):
+    return {name: p.grad.detach().clone() for name, p in module.named_parameters() if p.grad is not None}
+
+
+def counting_allreduce(on_call):
+    """A DDP communication hook: the default averaging all-reduce, calling ``on_call()`` each time."""
+    def hook(state, bucket):
+        on_call()
+        tensor = bucket.buffer().div_(dist.get_world_size())
+        return dist.all_reduce(tensor, async_op=True).get_future().then(lambda fut: fut.value()[0])
+    return hook
+
+
+def ddp_step(rank, world_size, batch_per_rank=4, reduction="mean"):
+    """One DDP backward on this rank's share of the batch; returns the synchronised gradients."""
+    model = DDP(make_model())
+    inputs, targets = make_data(batch_per_rank * world_size)
+    x, y = rank_slice(inputs, rank, world_size), rank_slice(targets, rank, world_size)
+    F.mse_loss(model(x), y, reduction=reduction).backward()
+    return {"grads": grads_of(model.module)}
+
+
+def accumulate(rank, world_size, micro_batches=4, micro_batch_size=2, use_no_sync=True, forward_in_no_sync=True):
+    """Gradient accumulation over micro-batches, with or without ``no_sync``; counts all-reduces.
+
+    ``forward_in_no_sync=False`` reproduces a common bug: the forward runs outside
+    ``no_sync()`` and only the backward inside, so DDP still all-reduces every micro-batch.
+    """
+    allreduces = []
+    model = DDP(make_model())
+    model.register_comm_hook(None, counting_allreduce(lambda: allreduces.append(1)))
+    inputs, targets = make_data(micro_batches * micro_batch_size * world_size)
+    x, y = rank_slice(inputs, rank, world_size), rank_slice(targets, rank, world_size)
+    for step, (xb, yb) in enumerate(zip(x.split(micro_batch_size), y.split(micro_batch_size))):
+        skip_sync = use_no_sync and step < micro_batches - 1
+        with model.no_sync() if skip_sync and forward_in_no_sync else nullcontext():
+            loss = F.mse_loss(model(xb), yb) / micro_batches  # each micro-batch is 1/K of the big batch
+        with model.no_sync() if skip_sync else nullcontext():
+            loss.backward()
+    return {"grads": grads_of(model.module), "allreduces": len(allreduces)}
+
+
+def sampler_indices(rank, world_size, dataset_size=10, epochs=2, shuffle=True, call_set_epoch=True):
+    """The dataset indices ``DistributedSampler`` hands this rank in each epoch."""
+    sampler = DistributedSampler(range(dataset_size), shuffle=shuffle, seed=0)
+    per_epoch = []
+    for epoch in range(epochs):
+        if call_set_epoch:
+            sampler.set_epoch(epoch)
+        per_epoch.append(list(sampler))
+    return {"indices": per_epoch, "num_replicas": sampler.num_replicas, "rank": sampler.rank}
+
+
+class TwoHeads(nn.Module):
+    """A model whose second head is used only when asked: the classic unused-parameter case."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = make_model()
+        self.aux = nn.Linear(OUT_FEATURES, 1)
+
+    def forward(self, x, use_aux=False):
+        h = self.body(x)
+        return self.aux(h) if use_aux else h
+
+
+def unused_parameters(rank, world_size, find_unused_parameters=False, steps=2):
+    """Train ``TwoHeads`` without its aux head for ``steps`` steps; report the gradients of the last step."""
+    model = DDP(TwoHeads(), find_unused_parameters=find_unused_parameters)
+    inputs, targets = make_data(4 * world_size)
+    x, y = rank_slice(inputs, rank, world_size), rank_slice(targets, rank, world_size)
+    for _ in range(steps):
+        model.zero_grad()
+        F.mse_loss(model(x), y).backward()
+    return {"aux_grad_is_none": model.module.aux.weight.grad is None, "steps": steps,
+            "body_grads": grads_of(model.module.body)}
+
+
+def skip_backward(rank, world_size, skipping_rank=1, wait_seconds=2.0, stall_seconds=30.0):
+    """Every rank but ``skipping_rank`` calls backward; the skipping rank stalls (a data-loader stall, say).
+
+    The others wait in the gradient all-reduce for a partner that never comes.  DDP
+    runs on a group whose timeout is ``wait_seconds``, so the wait becomes an error
+    instead of a hang.
+    """
+    dist.barrier()  # line the ranks up, so only the skipped backward can time out
+    impatient = dist.new_group(timeout=timedelta(seconds=wait_seconds))
+    model = DDP(make_model(), process_group=impatient)
+    inputs, targets = make_data(4 * world_size)
+    x, y = rank_slice(inputs, rank, world_size), rank_slice(targets, rank, world_size)
+    loss = F.mse_loss(model(x), y)
+    if rank == skipping_rank:
+        time.sleep(stall_seconds)
+        return {"skipped": True}
+    loss.backward()
+    return {"skipped": False}
+
+
+def make_batchnorm_model():
+    """A linear layer followed by BatchNorm: the model of the BatchNorm pitfall."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(IN_FEATURES, 3), nn.BatchNorm1d(3))
+
+
+def shifted_shard(inputs, rank, world_size):
+    """Rank ``rank``'s rows, shifted by ``rank``: the ranks' data differ, as real shards often do."""
+    return rank_slice(inputs, rank, world_size) + rank
+
+
+def batchnorm_statistics(rank, world_size, batch_per_rank=8, sync=False):
+    """BatchNorm running statistics after one training forward, per rank (``sync``: SyncBatchNorm)."""
+    model = make_batchnorm_model()
+    if sync:
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    model = DDP(model)
+    inputs, _ = make_data(batch_per_rank * world_size)
+    shard = shifted_shard(inputs, rank, world_size)
+    model(shard)
+    norm = model.module[1]
+    statistics = {"running_mean": norm.running_mean.clone(), "running_var": norm.running_var.clone()}
+    model.eval()  # an evaluation forward: uses the running statistics, does not update them
+    with torch.no_grad():
+        model(shard)
+    statistics["running_mean_after_eval_forward"] = norm.running_mean.clone()
+    return statistics
+
+
+def initial_weights(rank, world_size):
+    """Each rank builds its model from a different seed; returns the weights DDP leaves it with."""
+    model = DDP(make_model(seed=rank))
+    return {"weights": {name: p.detach().clone() for name, p in model.module.named_parameters()}}
+
+
+def accumulated_scale(rank, world_size, micro_batches=4, micro_batch_size=3, loss="mean"):
+    """Accumulate ``micro_batches`` DDP backwards on this rank; return the gradients after the last one.
+
+    ``loss``: ``"mean"`` (each micro-batch loss is ``F.mse_loss(out, y)``), ``"mean/K"``
+    (divided by the number of micro-batches) or ``"sum/K"`` (``reduction="sum"``, divided
+    by K).  Every backward all-reduces (no ``no_sync``), which changes nothing in the result.
+    """
+    model = DDP(make_model())
+    inputs, targets = make_data(micro_batches * micro_batch_size * world_size)
+    x, y = rank_slice(inputs, rank, world_size), rank_slice(targets, rank, world_size)
+    reduction, divide = {"mean": ("mean", 1), "mean/K": ("mean", micro_batches),
+                         "sum/K": ("sum", micro_batches)}[loss]
+    for xb, yb in zip(x.split(micro_batch_size), y.split(micro_batch_size)):
+        (F.mse_loss(model(xb), yb, reduction=reduction) / divide).backward()
+    return {"grads": grads_of(model.module)}
+
+
+def make_checkpointed_model(seed=0):
+    """Two Linear -> Tanh blocks, the second used twice per forward (weight sharing, as in many models)."""
+    torch.manual_seed(seed)
+    return nn.ModuleList([nn.Sequential(nn.Linear(IN_FEATURES, IN_FEATURES), nn.Tanh()) for _ in range(2)])
+
+
+def checkpointed_ddp(rank, world_size, use_reentrant=True, reuse=True):
+    """DDP over a model whose second block is checkpointed twice in one forward.
+
+    With the reentrant checkpoint, each recomputation runs its own backward inside the
+    outer one, and DDP's hook on the shared parameters fires once per use; the
+    non-reentrant checkpoint runs inside the one backward and DDP sees each gradient once.
+    """
+    from torch.utils.checkpoint import checkpoint
+
+    blocks = make_checkpointed_model()
+
+    class Shared(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = blocks
+
+        def forward(self, x):
+            h = self.blocks[0](x)
+            for _ in range(2 if reuse else 1):
+                h = checkpoint(self.blocks[1], h, use_reentrant=use_reentrant)
+            return h
+
+    model = DDP(Shared())
+    inputs, _ = make_data(4 * world_size)
+    model(rank_slice(inputs, rank, world_size)).pow(2).mean().backward()
+    return {"grads": grads_of(model.module)}
