@@ -25,6 +25,7 @@ same power written in an output or its value to 3 significant digits.  Signs are
 ignored.  ``pytest tests/test_prose_numbers.py -k 03`` checks one notebook.
 """
 
+import functools
 import math
 import os
 import re
@@ -121,13 +122,16 @@ def _context(text, match):
 
 def output_text(notebook):
     """All ``text/plain`` and stream output of an executed notebook, as one string."""
+    return "\n".join(cell_output_text(cell) for cell in notebook.cells)
+
+
+def cell_output_text(cell):
     parts = []
-    for cell in notebook.cells:
-        for output in cell.get("outputs", ()):
-            if output.get("output_type") == "stream":
-                parts.append(output.get("text", ""))
-            elif "data" in output:
-                parts.append(output["data"].get("text/plain", ""))
+    for output in cell.get("outputs", ()):
+        if output.get("output_type") == "stream":
+            parts.append(output.get("text", ""))
+        elif "data" in output:
+            parts.append(output["data"].get("text/plain", ""))
     return "\n".join(parts)
 
 
@@ -159,8 +163,9 @@ def unexplained(notebook, executed, notebook_number, allowed):
 
 # --- running the notebooks ------------------------------------------------------------
 
+@functools.lru_cache(maxsize=None)
 def execute(path):
-    """The notebook at ``path`` run top to bottom in a fresh kernel of this environment."""
+    """The notebook at ``path`` run top to bottom in a fresh kernel of this environment (once per process)."""
     from nbclient import NotebookClient
 
     notebook = nbformat.read(str(path), as_version=4)
@@ -205,6 +210,59 @@ def test_every_allow_list_entry_is_still_in_its_notebook():
         written = {n.text for p in paths for n in prose_numbers(nbformat.read(str(p), as_version=4), number)}
         stale += [f"{number}: {text}" for text in entries if text not in written]
     assert not stale, f"remove these entries from {ALLOWED_FILE.name}, their numbers are gone: {stale}"
+
+
+# --- predictions are questions: no key is shown above its prompt ---------------------------
+
+def key_numbers(value):
+    """The numbers of a prediction's key that could only be there by giving it away.
+
+    Booleans, strings and small whole numbers (below 10) are too common to tell; the
+    auditors check those by reading (docs/claims.md)."""
+    if isinstance(value, dict):
+        return [n for item in value.values() for n in key_numbers(item)]
+    if isinstance(value, (list, tuple)):
+        return [n for item in value for n in key_numbers(item)]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return []
+    if float(value).is_integer():
+        return [str(int(value))] if abs(value) >= 10 else []
+    return [f"{value:.3g}"]
+
+
+def shown_above(executed, exercise_id, answer_name):
+    """Markdown and outputs of every cell above the first cell that answers ``exercise_id``."""
+    texts = []
+    for cell in executed.cells:
+        if cell.cell_type == "code" and (f'"{exercise_id}"' in cell.source or f"{answer_name} =" in cell.source):
+            return " ".join(texts)
+        texts.append(cell.source if cell.cell_type == "markdown" else cell_output_text(cell))
+    return None
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.name[:2])
+def test_no_prediction_key_is_shown_above_its_prompt(path):
+    from autograd_lab import checking
+
+    executed = execute(path)
+    shown = []
+    for exercise in checking.all_exercises():
+        if exercise.kind != "value" or not exercise.id.startswith(path.name[:2]):
+            continue
+        above = shown_above(executed, exercise.id, exercise.answer_name)
+        assert above is not None, f"{exercise.id}: no cell of {path.name} answers it"
+        numbers = re.findall(r"(?<![\w.])\d+(?:\.\d+)?(?:e-?\d+)?", above.replace(",", ""))
+        for number in key_numbers(exercise.reference()):
+            if number in numbers or any(_same_value(number, n) for n in numbers):
+                shown.append(f"{exercise.id}: its key holds {number}, shown above its prompt")
+    assert not shown, "\n".join(shown)
+
+
+def _same_value(key, text):
+    try:
+        return math.isclose(float(key), float(text), rel_tol=5e-3) and "." in key
+    except ValueError:
+        return False
 
 
 # --- the test catches what it is for ------------------------------------------------------
