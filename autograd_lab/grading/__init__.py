@@ -35,6 +35,10 @@ def main(args):
         return 2
     if getattr(args, "assignment", None):
         return _grade_assignment(args, options)
+    if getattr(args, "student", None) or getattr(args, "exercise", None):
+        print("autograd-lab grade: --student and --exercise regrade part of an assignment: give --assignment FILE "
+              "too (plain mode grades every file given).", file=sys.stderr)
+        return 2
     try:
         graded = grade_batch(args.submissions, options)
     except UsageError as error:
@@ -48,23 +52,12 @@ def main(args):
 
 
 def _grade_assignment(args, options):
-    """``grade --assignment``: one row per student, merged into ``--out``'s gradebook."""
-    from . import assignment, gradebook
+    """``grade --assignment``: one row per student, merged into ``--out``'s gradebook (``gradebook.main``)."""
+    from . import gradebook
     from .submissions import UsageError
 
     try:
-        plan = assignment.load(args.assignment)
-        grader = gradebook.batch_grader(jobs=options.jobs, cell_timeout=options.cell_timeout,
-                                        check_timeout=options.check_timeout, memory_mb=options.memory_mb,
-                                        submission_timeout=options.submission_timeout,
-                                        kernel_python=options.kernel_python,
-                                        allow_unsandboxed=options.allow_unsandboxed)
-        rows = gradebook.grade_assignment(plan, args.submissions[0], args.out, students=args.student,
-                                          exercise_ids=args.exercise, grade=grader)
+        return gradebook.main(args, options)
     except UsageError as error:
         print(f"autograd-lab grade: {error}", file=sys.stderr)
         return 2
-    missing = sum(row["status"] == "missing" for row in rows)
-    print(f"Gradebook of {len(rows)} student(s) in {args.out}/gradebook.csv ({missing} missing); "
-          f"LMS import: {args.out}/lms.csv; feedback pages in {args.out}/feedback/.")
-    return 0

@@ -97,7 +97,7 @@ def render_html(title, rows, problem_lines, summary):
 
 def write_html(path, title, rows, problem_lines, summary):
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as file:
+    with open(path, "w", encoding="utf-8", errors="backslashreplace") as file:
         file.write(render_html(title, rows, problem_lines, summary))
     return path
 

@@ -1,11 +1,16 @@
 """Everything the grader writes, always from its own in-memory results.
 
-* ``students/<student>.json``: one per student, written as soon as it is graded;
+* ``students/<student>.json``: one per student, written as soon as it is graded
+  (the instructor's record: copy flags included);
 * ``feedback/<student>.html``: the student's offline feedback page (``feedback.py``);
 * ``gradescope/<student>/results.json``: Gradescope's autograder format;
 * ``gradebook.csv``: one row per student, one column per exercise;
 * ``item_analysis.json`` and ``item_analysis.md``: per exercise, the pass rate
   and the most common misconception.
+
+Copy flags (``FLAG: identical file (same SHA-256) as ...``) name other students:
+they go to the instructor's files only, never to a page or result a student sees.
+Every text file is written so that no character can stop it (a backslash escape instead).
 """
 
 import csv
@@ -24,10 +29,18 @@ def file_stem(student):
     return _UNSAFE.sub("_", student).lstrip(".") or "_"
 
 
+FLAG = "FLAG:"
+
+
+def for_student(lines):
+    """``lines`` without the copy flags, which name other students."""
+    return [line for line in lines if not line.startswith(FLAG)]
+
+
 def _write_json(path, data):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     temporary = path + ".part"
-    with open(temporary, "w") as file:
+    with open(temporary, "w", encoding="utf-8") as file:  # json.dump escapes what UTF-8 cannot hold
         json.dump(data, file, indent=2, sort_keys=True)
         file.write("\n")
     os.replace(temporary, path)  # a reader never sees half a file
@@ -47,7 +60,8 @@ def _write_feedback_page(out, report):
     pairs = [(grade["exercise_id"][:2], grade) for grade in report["exercises"]]
     summary = f"{report['student']}: {report['score']:g} / {report['max_score']:g} points."
     return feedback.write_html(os.path.join(out, "feedback", f"{file_stem(report['student'])}.html"),
-                               f"Feedback for {report['student']}", pairs, feedback.problems(report), summary)
+                               f"Feedback for {report['student']}", pairs, for_student(feedback.problems(report)),
+                               summary)
 
 
 def _name_renamed_answers(report):
@@ -83,7 +97,7 @@ def gradescope_results(report):
     return {
         "score": report["score"],
         "execution_time": round(report["execution_time"]),
-        "output": "\n".join(report["problems"]) or "Graded by autograd-lab.",
+        "output": "\n".join(for_student(report["problems"])) or "Graded by autograd-lab.",
         "output_format": "text",
         "visibility": "visible",
         "stdout_visibility": "hidden",
@@ -92,7 +106,7 @@ def gradescope_results(report):
 
 
 def write_gradebook(out, reports, exercise_ids):
-    with open(os.path.join(out, "gradebook.csv"), "w", newline="") as file:
+    with open(os.path.join(out, "gradebook.csv"), "w", newline="", encoding="utf-8", errors="backslashreplace") as file:
         writer = csv.writer(file)
         writer.writerow(["student", "score", "max_score", "status", *exercise_ids, "problems", "sha256"])
         for report in sorted(reports, key=lambda r: r["student"]):
@@ -142,6 +156,6 @@ def write_item_analysis(out, reports, exercise_ids):
         lines.append(f"| {item['exercise_id']} {item['title']} | {item['pass_rate']:.0%} "
                      f"({item['passed']}/{item['submissions']}) | {item['attempted']} | {item['not_attempted']} | "
                      f"{item['mean_score']:g} | {common} |")
-    with open(os.path.join(out, "item_analysis.md"), "w") as file:
+    with open(os.path.join(out, "item_analysis.md"), "w", encoding="utf-8", errors="backslashreplace") as file:
         file.write("\n".join(lines) + "\n")
     return items
