@@ -2,9 +2,15 @@
 
 ``build(out_dir)`` writes
 
-* ``out_dir/notebooks/``: the shipped notebooks, outputs cleared;
+* ``out_dir/notebooks/``: the shipped notebooks, outputs cleared, each stamped
+  with the release it came from and the exercises it had (``stamp``);
 * ``out_dir/autograd_lab/``: the package (which never holds a solution) with
-  ``public/<NN>.pt`` added (see ``checking/public.py`` for what those hold).
+  ``public/<NN>.pt`` added (see ``checking/public.py`` for what those hold);
+* ``out_dir/README.md`` and ``out_dir/requirements.txt``: how a student sets it up.
+
+The stamp is signed with the instructor's release key (``release_key``), so the
+grader can trust "this copy was made before ``03.train`` existed" only when a
+release said so: a student who deletes an exercise's cell does not exempt it.
 
 ``--self-study`` writes ``out_dir/autograd_lab_solutions/`` beside it instead of
 ``public/`` (so ``solution()`` works), exactly as the repository.
@@ -12,8 +18,13 @@ The grader calls ``build`` once per batch and puts the result on its kernels' pa
 """
 
 import ast
+import datetime as dt
+import hashlib
+import hmac
 import inspect
 import io
+import json
+import os
 import secrets
 import shutil
 from dataclasses import fields, replace
@@ -23,12 +34,17 @@ import nbformat
 import torch
 
 from autograd_lab.checking.observe import flat_tensors
-from autograd_lab.checking.hashed import hash_record
+from autograd_lab.checking.forms import form_record
 from autograd_lab.checking.records import readable_grad
 
 PACKAGE = Path(__file__).resolve().parents[1]
 SOLUTIONS = PACKAGE.parent / "autograd_lab_solutions"
 NOTEBOOKS = PACKAGE.parent / "notebooks"
+REQUIREMENTS = PACKAGE.parent / "requirements" / "course.txt"
+KEY_ENV = "AUTOGRAD_LAB_RELEASE_KEY"   # a file holding the instructor's release key
+# What a student's environment needs from requirements/course.txt: no test tools.
+_STUDENT_REQUIREMENTS = ("torch", "numpy", "matplotlib", "graphviz", "jupyterlab", "ipywidgets", "ipykernel",
+                         "nbformat", "nbclient", "pyyaml")
 _DROPPED_FIELDS = {"reference", "inputs", "public_seeds", "hidden_seeds", "misconceptions",
                    "wrong_answers", "solution_code", "setup", "module", "experiment", "method"}
 _PLAIN = (str, int, float, bool, type(None))
@@ -47,20 +63,110 @@ def build(out_dir, *, self_study=False, notebooks_dir=None):
         shutil.copytree(SOLUTIONS, solutions, ignore=ignored)
     else:
         write_public(package / "public")
-    _write_notebooks(Path(notebooks_dir) if notebooks_dir else NOTEBOOKS, out / "notebooks")
+    release_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ-") + secrets.token_hex(4)
+    _write_notebooks(Path(notebooks_dir) if notebooks_dir else NOTEBOOKS, out / "notebooks", release_id)
+    (out / "requirements.txt").write_text(student_requirements())
+    (out / "README.md").write_text(README.format(release=release_id, kind="self-study build (with solutions)"
+                                                 if self_study else "student build (no solutions)"))
     return str(out)
 
 
-def _write_notebooks(source, target):
+def _write_notebooks(source, target, release_id):
+    from autograd_lab import checking
+
     if target.exists():  # no notebook of an older release stays behind
         shutil.rmtree(target)
     target.mkdir(parents=True)
+    key = release_key()
     for path in sorted(source.glob("[0-9][0-9]_*.ipynb")):
         notebook = nbformat.read(str(path), as_version=4)
         for cell in notebook.cells:
             if cell.cell_type == "code":
                 cell.outputs, cell.execution_count = [], None
+        number = path.name[:2]
+        stamp(notebook, number, [e.id for e in checking.all_exercises() if e.id[:2] == number], release_id, key)
         nbformat.write(notebook, str(target / path.name))
+
+
+def student_requirements():
+    """The lines of requirements/course.txt a student's environment needs (no test tools)."""
+    lines = REQUIREMENTS.read_text().splitlines()
+    keep = [line for line in lines if line.split("==")[0].strip().lower().replace("-", "_") in _STUDENT_REQUIREMENTS]
+    return "\n".join(keep) + "\n"
+
+
+# --- the release stamp ----------------------------------------------------------------------
+
+def release_key(create=True):
+    """The instructor's release key (bytes): ``$AUTOGRAD_LAB_RELEASE_KEY``, else ``~/.config/autograd-lab/release.key``.
+
+    Made (0600) by the first release.  Keep it: the grader checks stamps with it, and the
+    Gradescope zip carries it (root-only in the container).  ``None`` when absent and not created.
+    """
+    path = Path(os.environ.get(KEY_ENV) or Path.home() / ".config" / "autograd-lab" / "release.key")
+    if not path.exists():
+        if not create:
+            return None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as file:
+            file.write(secrets.token_hex(32) + "\n")
+    return path.read_text().strip().encode()
+
+
+def _signature(key, release_id, number, exercise_ids):
+    message = json.dumps([release_id, number, sorted(exercise_ids)]).encode()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+def stamp(notebook, number, exercise_ids, release_id, key):
+    """Record in ``notebook``'s metadata which release it came from and which exercises that release had."""
+    notebook.metadata["autograd_lab"] = {
+        "release": release_id, "notebook": number, "exercises": sorted(exercise_ids),
+        "signature": _signature(key, release_id, number, exercise_ids)}
+    return notebook
+
+
+def read_stamp(notebook, key):
+    """The stamp's ``{"release", "notebook", "exercises"}`` when its signature holds, else ``None``."""
+    data = notebook.get("metadata", {}).get("autograd_lab") if notebook is not None else None
+    if key is None or not isinstance(data, dict):
+        return None
+    release_id, number, exercises = data.get("release"), data.get("notebook"), data.get("exercises")
+    if not (isinstance(release_id, str) and isinstance(number, str) and isinstance(exercises, list)
+            and all(isinstance(e, str) for e in exercises) and isinstance(data.get("signature"), str)):
+        return None
+    if not hmac.compare_digest(data["signature"], _signature(key, release_id, number, exercises)):
+        return None
+    return {"release": release_id, "notebook": number, "exercises": exercises}
+
+
+README = """# autograd-lab: your course files ({kind})
+
+Release `{release}`.
+
+* `notebooks/`: the nine labs. Work in them and hand in the `.ipynb` files your
+  instructor asks for, named as they say (for example `01_dynamic_graph.ipynb`).
+  Keep each exercise's cell: the grader finds your answer by its name
+  (`cube_grad`, `needs_grad`, ...), and a deleted exercise cell still counts.
+* `autograd_lab/`: the package the notebooks import. It has no solutions.
+* `requirements.txt`: the exact versions the course is tested with.
+
+## Set up (Python 3.11 or newer)
+
+```bash
+python3 -m venv .venv
+.venv/bin/pip install -r requirements.txt
+sudo apt-get install graphviz        # the `dot` program draws the graphs (macOS: brew install graphviz)
+PYTHONPATH=$PWD .venv/bin/jupyter lab notebooks/
+```
+
+On Colab, upload this folder, then run `!pip install -r requirements.txt` and
+`import sys; sys.path.insert(0, "/content/<this folder>")` in the first cell.
+
+`check("01.saved_bytes", saved_bytes)` tells you whether an answer passes the
+public checks; hidden checks on other inputs run when your work is graded.
+"""
 
 
 def write_public(folder):
@@ -87,12 +193,13 @@ def public_spec(exercise, salt):
     meta["hidden_count"] = len(exercise.hidden_seeds)
     records = checking.reference_records(exercise, exercise.public_seeds)
     if exercise.kind == "value":
-        records = {seed: dict(record, output=hash_record(record["output"], salt)) for seed, record in records.items()}
+        records = {seed: dict(record, output=form_record(record["output"])) for seed, record in records.items()}
     return {
         "meta": meta,
         "records": {int(seed): record for seed, record in records.items()},
         "inputs": _public_inputs(exercise) if exercise.kind == "function" else None,
-        "misconceptions": [_misconception_data(exercise, m, salt) for m in exercise.misconceptions],
+        "misconceptions": [] if exercise.kind == "value" else [  # a prediction's would give its key away
+            _misconception_data(exercise, m, salt) for m in exercise.misconceptions],
         "methods": [method_data(exercise.id, m) for m in getattr(exercise, "method", ())],
     }
 
@@ -106,6 +213,8 @@ def method_data(exercise_id, method):
     """
     from autograd_lab.checking import methods
 
+    if getattr(method, "origin", None):      # a ready-made factory says how it was made
+        return {"factory": method.origin[0], "kwargs": dict(method.origin[1])}
     holds = method.holds
     fields_ = {"name": method.name, "message": method.message, "tag": method.tag, "sizes": method.sizes}
     factory = holds.__qualname__.split(".<locals>.")[0]
@@ -212,7 +321,7 @@ def _fingerprints(exercise, tag, salt):
             if record["status"] != "ok":
                 continue
             if exercise.kind == "value":
-                prints.append({"output": hash_record(record["output"], salt)})
+                prints.append({"output": form_record(record["output"])})
             else:
                 prints.append({key: record.get(key) for key in ("output", "args_after", "input_grads")})
     return prints
