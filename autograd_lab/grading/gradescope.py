@@ -8,13 +8,13 @@ solutions, and the instructor's release key (to trust release stamps).
 
 **The container is the sandbox.**  Docker's default seccomp profile stops
 bubblewrap from making namespaces, and Gradescope gives each upload a container
-of its own.  So ``setup.sh`` makes an unprivileged user, ``autograd-student``;
-installs a venv with the requirements and **no** course package; builds the
-student release (no solutions) into ``/autograder/release``; and makes
+of its own.  So ``setup.sh`` installs a venv with the requirements and **no**
+course package; builds the student release (no solutions) into
+``/autograder/release``; makes both readable by any user and
 ``/autograder/source`` root-only.  ``run_autograder`` makes ``results/`` and
-``submission_metadata.json`` root-only too, then grades with
-``sandbox="container"`` (docs/contracts.md §4): the student's kernel runs as that
-user and can read neither the solutions, nor the assignment, nor its results.
+``submission_metadata.json`` root-only too, then grades with the ``container``
+sandbox (docs/contracts.md §4): the student's kernel runs as an unprivileged uid
+and can read neither the solutions, nor the assignment, nor its results.
 
 ``run`` (``python -m autograd_lab.grading.gradescope run``) grades the upload with
 the ``grade --assignment`` machinery and **always** writes ``results/results.json``:
@@ -51,7 +51,6 @@ from pathlib import Path
 import yaml
 
 REPOSITORY = Path(__file__).resolve().parents[2]
-KERNEL_USER = "autograd-student"
 ASSIGNMENT = "assignment.yml"
 KEY = "release.key"
 
@@ -82,7 +81,6 @@ ROOT="${AUTOGRADER_ROOT:-/autograder}"
 SOURCE="$ROOT/source"
 VENV="${AUTOGRADER_VENV:-$ROOT/venv}"
 BASE_PYTHON="${AUTOGRADER_BASE_PYTHON:-python3}"
-KERNEL_USER="${AUTOGRADER_KERNEL_USER:-autograd-student}"
 PIP_ARGS="${AUTOGRADER_PIP_ARGS-"--extra-index-url https://download.pytorch.org/whl/cpu"}"
 if [ "${AUTOGRADER_SKIP_APT:-0}" != 1 ]; then
   apt-get update
@@ -93,14 +91,14 @@ fi
 [ -x "$VENV/bin/python" ] || "$BASE_PYTHON" -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
 "$VENV/bin/python" -m pip install --quiet $PIP_ARGS -r "$SOURCE/requirements.txt"
-# The user the student's kernel runs as: no password, no login shell, no home, no other group.
-id -u "$KERNEL_USER" >/dev/null 2>&1 || useradd --system --user-group --no-create-home --shell /usr/sbin/nologin "$KERNEL_USER"
 # Only root reads the package, the solutions, the assignment and the release key.
 chown -R root:root "$SOURCE"
 chmod -R go-rwx "$SOURCE"
 # The student build the kernels import (no solutions), readable by the kernel's user.
 AUTOGRAD_LAB_RELEASE_KEY="$SOURCE/release.key" PYTHONPATH="$SOURCE/package" \\
     "$VENV/bin/python" -m autograd_lab.grading.gradescope setup --root "$ROOT"
+# The kernel runs as an unprivileged uid: it may read the venv and the release, nothing else of ours.
+chmod a+rx "$ROOT"
 chmod -R a+rX "$VENV" "$ROOT/release"
 """
 
@@ -221,16 +219,21 @@ def _grade_upload(root, plan, grade):
 
 
 def _container_options(root):
-    """Ask the back end for the container as the sandbox (docs/contracts.md §4), with the prebuilt release."""
+    """Ask the back end for the container as the sandbox (docs/contracts.md §4), with the prebuilt release.
+
+    ``AUTOGRADER_SANDBOX=bubblewrap`` asks for bwrap instead (a test on a machine
+    whose Python the kernel's unprivileged uid cannot run).
+    """
     from .batch import Options
 
     names = {f.name for f in dataclasses.fields(Options)}
-    wanted = {"sandbox": "container", "kernel_user": os.environ.get("AUTOGRADER_KERNEL_USER", KERNEL_USER),
-              "release": str(root / "release"), "jobs": 1, "progress": True}
+    wanted = {"sandbox": os.environ.get("AUTOGRADER_SANDBOX", "container"), "release": str(root / "release"),
+              "jobs": 1, "progress": True}
+    if not (root / "release").is_dir():
+        wanted.pop("release")
     missing = sorted(set(wanted) - names)
     if missing:
-        print(f"autograd-lab: this grader has no {', '.join(missing)} option: grading with its default sandbox.",
-              file=sys.stdout)
+        print(f"autograd-lab: this grader has no {', '.join(missing)} option: using its defaults.", file=sys.stdout)
     return {key: value for key, value in wanted.items() if key in names}
 
 
