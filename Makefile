@@ -11,39 +11,59 @@ SOLVED := build/solved
 NBVAL := $(BIN)/python -m pytest -p no:cacheprovider --nbval-lax --nbval-current-env \
 	--nbval-cell-timeout=120 --nbval-sanitize-with $(SANITIZE)
 
-.PHONY: setup lab test test-package test-notebooks test-solved test-browser test-matrix site doctor architecture clean
+SITE := build/site
+# The site is rebuilt only when what it shows changed: the notebooks, the package and
+# solutions they import, the GPU records they show, or the environment.
+SITE_BUILT := $(SITE)/.built
+SITE_INPUTS := $(wildcard notebooks/*.ipynb docs/gpu/*) \
+	$(shell find autograd_lab autograd_lab_solutions -type f \( -name '*.py' -o -name '*.j2' -o -name '*.json' \) 2>/dev/null)
+
+.PHONY: setup lab reset test test-package test-notebooks test-solved test-browser test-matrix site doctor architecture clean
 
 # Package tests go to the two workers file by file (--dist loadfile): the grading and
 # assignment modules each grade a whole batch in a module fixture, which per-test
 # distribution made both workers build.
 # Tests run two pytest workers on two cores: with torch's default of one thread per
 # core each, they oversubscribe the CPU and every step gets tens of times slower.
-test test-package test-notebooks test-solved test-browser site: export OMP_NUM_THREADS = 1
+test test-package test-notebooks test-solved test-browser site $(SITE_BUILT): export OMP_NUM_THREADS = 1
 
 setup: $(STAMP)
 	@scripts/ensure-system-packages dot bwrap
 
-# Reinstall only when the dependency files change.
+# Reinstall only when the dependency files change.  Each step says what it does before
+# it starts; pip shows its own progress for the big download (torch, JupyterLab).
 $(STAMP): pyproject.toml requirements/course.txt
+	@echo "[setup 1/6] Python: $$($(PYTHON) --version 2>&1) ($(PYTHON))"
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "autograd-lab needs Python 3.10 or newer; set PYTHON=python3.11 (for example) and run make again.")'
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements/course.txt
-	$(BIN)/python -m pip install --quiet --no-deps -e .
-	touch $(STAMP)
-
-# Containers and Colab often run as root, which JupyterLab refuses without --allow-root.
-ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
+	@echo "[setup 2/6] the course's virtual environment: $(VENV)/ (pip upgraded inside it)"
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install --quiet --upgrade pip
+	@echo "[setup 3/6] the course's packages from requirements/course.txt (torch, JupyterLab, ...):" \
+		"the first time this downloads several hundred MB and takes minutes"
+	$(BIN)/python -m pip install --progress-bar on -r requirements/course.txt
+	@echo "[setup 4/6] autograd-lab itself, editable: your changes to autograd_lab/ apply at once"
+	@$(BIN)/python -m pip install --quiet --no-deps -e .
+	@echo "[setup 5/6] programs from the operating system: dot (graphviz), bwrap (the grader's sandbox)"
+	@scripts/ensure-system-packages dot bwrap
+	@echo "[setup 6/6] checking the machine (autograd-lab doctor; make lab runs a quick version later)"
+	@$(BIN)/autograd-lab doctor || true
+	@touch $(STAMP)
+	@echo "[setup] done: the next make lab or make test skips these steps"
 
 # Students work on their own copies in work/ (git ignores it), so the shipped notebooks/
 # stay pristine: `git pull` and `make test` keep working whatever a student did.
-# Kernels talk over local IPC sockets, not TCP, so ipykernel has no cause to warn.
-LAB_FLAGS := --KernelManager.transport=ipc $(ALLOW_ROOT)
-
+# `autograd-lab lab` updates work/ (course/workspace.py), then replaces itself with
+# JupyterLab on work/, kernels on IPC sockets (docs/contracts.md §2).  The quick doctor
+# imports no torch, so the server starts in seconds.
 lab: setup
-	$(BIN)/autograd-lab doctor || true
-	$(BIN)/autograd-lab workspace --course notebooks --work work
-	$(BIN)/jupyter lab --notebook-dir=work $(LAB_FLAGS)
+	@$(BIN)/autograd-lab doctor --quick || true
+	@$(BIN)/autograd-lab lab --course notebooks --work work
+
+# Start a notebook over: make reset NN=01 (or NN=01_dynamic_graph.ipynb); your copy is
+# kept in work/backups/.
+reset: $(STAMP)
+	@test -n "$(NN)" || { echo "usage: make reset NN=01   (a notebook's number or file name)" >&2; exit 2; }
+	@$(BIN)/autograd-lab reset $(NN) --course notebooks --work work
 
 test: setup test-package test-notebooks test-solved test-browser
 
@@ -66,13 +86,17 @@ VERSIONS ?= 2.5.1 2.15.0
 test-matrix: setup
 	scripts/test-matrix $(VERSIONS)
 
-site: setup
-	$(BIN)/python -m autograd_lab.course.site notebooks --out build/site
+site: $(SITE_BUILT)
+
+$(SITE_BUILT): $(STAMP) $(SITE_INPUTS)
+	@rm -f $@
+	$(BIN)/python -m autograd_lab.course.site notebooks --out $(SITE)
+	@touch $@
 
 # The course as students see it: JupyterLab in Debian's chromium (driven by playwright,
 # no browser download), and every page of the built site, offline.  Screenshots and
 # the server's log are kept in build/browser-artifacts/.
-test-browser: setup site
+test-browser: setup $(SITE_BUILT)
 	@scripts/ensure-system-packages chromium
 	$(BIN)/python -m pytest -p no:cacheprovider tests/browser
 

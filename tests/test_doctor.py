@@ -56,3 +56,21 @@ def test_torch_outside_the_tested_range_is_a_problem_with_the_exact_fix(monkeypa
 def test_torch_inside_the_tested_range_passes(monkeypatch):
     monkeypatch.setattr(doctor, "_version", lambda name: "2.15.0+cu128")
     assert doctor.check_torch_range().ok
+
+
+def test_the_quick_doctor_of_make_lab_imports_no_torch():
+    # `make lab` runs it before every start: importing torch cost 10-40 s on a 2-core laptop.
+    code = ("import sys; from autograd_lab.course.cli import main; status = main(['doctor', '--quick']); "
+            "assert 'torch' not in sys.modules, 'torch imported'; sys.exit(status)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("doctor --quick: ready (Python ") and "torch 2." in result.stdout
+
+
+def test_the_quick_doctor_shows_every_finding_when_something_is_wrong(monkeypatch, capsys):
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(doctor, "check_dot", lambda: doctor.Finding("graphviz dot", False, "not found", fix="install it"))
+    assert doctor.main(SimpleNamespace(quick=True)) == 1
+    out = capsys.readouterr().out
+    assert "XX  graphviz dot" in out and "fix: install it" in out and "cuda" not in out

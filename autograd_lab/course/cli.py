@@ -17,6 +17,8 @@ def build_parser():
     commands = parser.add_subparsers(dest="command", required=True)
 
     doctor = commands.add_parser("doctor", help="check that this machine is ready for the course")
+    doctor.add_argument("--quick", action="store_true",
+                        help="only what needs no torch import (installed versions, dot); make lab runs this")
     doctor.set_defaults(run=_runner("autograd_lab.course.doctor"))
 
     solve = commands.add_parser("solve", help="write copies of notebooks with every exercise solved")
@@ -24,13 +26,18 @@ def build_parser():
     solve.add_argument("--out", required=True, help="folder for the solved copies")
     solve.set_defaults(run=_runner("autograd_lab.course.solve"))
 
-    workspace = commands.add_parser("workspace", help="make your own copies of the notebooks in work/ (never overwrites them)")
-    reset = commands.add_parser("reset", help="replace your copy of notebook NN with a fresh one, keeping a backup")
-    reset.add_argument("notebook", metavar="NN", help="the notebook's number, e.g. 01")
-    for command in (workspace, reset):
-        command.add_argument("--course", default="notebooks", help="the shipped notebooks (default: notebooks)")
-        command.add_argument("--work", default="work", help="your copies (default: work)")
+    workspace = commands.add_parser("workspace", help="make your own copies of the notebooks in work/ (never overwrites your edits)")
+    reset = commands.add_parser("reset", help="replace your copy of a notebook with a fresh one, keeping a backup")
+    reset.add_argument("notebook", nargs="+", metavar="NN",
+                       help="the notebook's number or file name, e.g. 01 or 01_dynamic_graph.ipynb")
+    lab = commands.add_parser("lab", help="open the course in JupyterLab on your copies in work/ (what make lab runs)",
+                              epilog="Other arguments (--no-browser, --port=8899, ...) go to JupyterLab.",
+                              allow_abbrev=False)
+    for command in (workspace, reset, lab):
+        command.add_argument("--course", help="the shipped notebooks (default: the one work/ was made from, else ./notebooks)")
+        command.add_argument("--work", help="your copies (default: this folder if it is work/, else ./work)")
         command.set_defaults(run=_runner("autograd_lab.course.workspace"))
+    lab.set_defaults(run=_runner("autograd_lab.course.lab"))
 
     release = commands.add_parser("release", help="write the student build: notebooks and a package without solutions")
     release.add_argument("--out", required=True, help="folder for notebooks/ and autograd_lab/")
@@ -67,7 +74,11 @@ def build_parser():
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if rest and args.command != "lab":
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.jupyter_args = rest  # `lab` hands them to JupyterLab
     return args.run(args)
 
 
