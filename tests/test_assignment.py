@@ -403,3 +403,31 @@ def test_only_exercises_listed_as_added_later_and_proven_by_a_stamp_are_exempted
     assert (unproven["score"], unproven["max"]) == (1, 3) and "release stamp does not show" in unproven["notes"][0]
     counted = gradebook.notebook_score(dataclass_replace(plan, new_exercises="count"), "03", entry)
     assert (counted["score"], counted["max"]) == (1, 3)
+
+
+def test_every_command_and_option_in_the_grading_docs_is_real():
+    """The docs match the commands: each command line parses, each option of `grade` is in the table and back."""
+    import re
+    import shlex
+
+    from autograd_lab.course.cli import build_parser
+
+    parser = build_parser()
+    docs = [Path(__file__).resolve().parents[1] / "docs" / name for name in ("grading.md", "instructors.md")]
+    commands = []
+    for doc in docs:
+        text = doc.read_text()
+        commands += [line.strip() for line in re.findall(r"^\s*(?:\.venv/bin/)?(autograd-lab [^\n`]+)$", text, re.M)]
+        commands += re.findall(r"`(?:\.venv/bin/)?(autograd-lab [^`]+)`", text)
+    commands = [c for c in commands if "..." not in c and "NN" not in c and "--out" in c]   # names alone are prose
+    assert len(commands) >= 10
+    for command in commands:
+        try:
+            parser.parse_args(shlex.split(command, comments=True)[1:])
+        except SystemExit:
+            raise AssertionError(f"the docs show a command that does not parse: {command}") from None
+    grade = parser._subparsers._group_actions[0].choices["grade"]
+    options = {o for action in grade._actions for o in action.option_strings if o.startswith("--")} - {"--help"}
+    table = set(re.findall(r"^\| `(--[a-z-]+)", docs[0].read_text(), re.M)) | \
+        set(re.findall(r"^\| `--[a-z-]+ [A-Z]+`, `(--[a-z-]+)", docs[0].read_text(), re.M))
+    assert table == options, (sorted(options - table), sorted(table - options))
