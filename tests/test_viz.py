@@ -431,13 +431,14 @@ def test_svg_and_save_formats(tmp_path):
 
 def test_text_fallback_when_dot_is_missing(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))              # an empty folder: no dot
+    monkeypatch.setenv("AUTOGRAD_LAB_LAYOUT", "process")   # and no libgvc, as without graphviz
     w = torch.randn(2, requires_grad=True)
     g = draw((w * 2).sum())
     bundle = g._repr_mimebundle_()
     assert list(bundle) == ["text/plain"]
     first, rest = bundle["text/plain"].split("\n", 1)
     assert "graphviz's `dot` program was not found" in first and "apt install graphviz" in first
-    assert rest == g.text()
+    assert rest == g.text()                                 # no picture: the text is the output
     with pytest.raises(LayoutError, match="not found on PATH"):
         g.save(tmp_path / "graph.svg")
     g.save(tmp_path / "graph.dot")                          # text formats still work
@@ -458,7 +459,8 @@ def test_legend_explains_only_what_is_drawn():
 
 
 @pytest.mark.skipif(not layout.dot_available(), reason="graphviz dot not installed")
-def test_layout_timeout_ends_with_a_clear_message():
+def test_layout_timeout_ends_with_a_clear_message(monkeypatch):
+    monkeypatch.setenv("AUTOGRAD_LAB_LAYOUT", "process")   # the limit is on the dot process
     g = draw(rnn_loss(300), max_nodes=None, layout_timeout=0.01)
     with pytest.raises(LayoutError, match=r"laying out \d+ nodes took more than 0.01 s"):
         g.svg()

@@ -15,6 +15,25 @@ def shape_text(shape):
     return _shape_text(tuple(shape))
 
 
+def shape_of(tensor):
+    """The shape as a tuple; never raises.
+
+    A nested tensor in the strided layout has no ``.shape`` (torch raises an internal
+    error): its dimensions are the number of tensors, then each dimension's size where
+    all of them agree, or ``ragged``.
+    """
+    try:
+        return tuple(tensor.shape)
+    except RuntimeError:
+        pass
+    try:
+        sizes = tensor._nested_tensor_size().tolist()
+    except Exception:  # noqa: BLE001 - any other tensor subclass without sizes: say so, never crash
+        return ("?",)
+    columns = zip(*sizes) if sizes else ()
+    return (len(sizes),) + tuple(col[0] if len(set(col)) == 1 else "ragged" for col in columns)
+
+
 @lru_cache(maxsize=4096)
 def _shape_text(shape):
     return "(" + ", ".join(_dim(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
@@ -55,13 +74,21 @@ def values_text(tensor):
     try:
         t = tensor.detach()
         if t.is_complex() or t.layout != torch.strided or t.device.type == "meta":
-            return shape_text(t.shape)
+            return shape_text(shape_of(t))
         if t.numel() <= SMALL:
             data = t.cpu().tolist()
             return _nested(data)
         return f"{shape_text(t.shape)} norm {number(t.float().norm().item())}"
     except Exception:  # noqa: BLE001 - nested, batched or fake tensors: say the shape only
-        return shape_text(tensor.shape)
+        return shape_text(shape_of(tensor))
+
+
+def norm_text(tensor):
+    """Shape and norm (a gradient in the trace's table); never raises."""
+    try:
+        return f"{shape_text(tensor.shape)} norm {number(tensor.detach().float().norm().item())}"
+    except Exception:  # noqa: BLE001 - nested tensors have no norm kernel: the shape only
+        return shape_text(shape_of(tensor))
 
 
 def _nested(data):
@@ -86,7 +113,7 @@ def output_shapes(fn):
     """Shapes of the op's forward outputs; survives backward."""
     try:
         return [tuple(m.shape) for m in fn._input_metadata]
-    except (AttributeError, RuntimeError):
+    except (AttributeError, RuntimeError, TypeError):
         return []
 
 
@@ -219,4 +246,4 @@ def attr_text(value, width=40):
 def tensor_text(tensor):
     """Shape and dtype, the way a saved tensor is labelled."""
     dtype = str(tensor.dtype).replace("torch.", "")
-    return f"{shape_text(tensor.shape)} {dtype}"
+    return f"{shape_text(shape_of(tensor))} {dtype}"

@@ -21,13 +21,14 @@ from pathlib import Path
 
 import torch
 
-from . import compare, layout, modules, names as naming, tensor_view
+from . import compare, describe, layout, modules, names as naming, tensor_view
 from .dot import to_dot
 from .model import Node
 from .recorder import record_modules
 from .text import to_text
 from .trace import Trace, record_backward
-from .walk import Options, truncate, walk
+from .truncate import truncate
+from .walk import Options, walk
 
 __all__ = ["draw", "trace_backward", "diff", "record_modules", "Graph", "Trace", "Node", "LayoutError"]
 
@@ -95,7 +96,8 @@ class Graph:
     def svg(self):
         """The SVG text (raises ``LayoutError`` when graphviz is missing or too slow)."""
         if self._svg is None:
-            data = layout.render(self.source, "svg", self.layout_timeout, len(self._model.nodes))
+            data = layout.render(self.source, "svg", self.layout_timeout, len(self._model.nodes),
+                                 quick=quick_layout(self._model))
             self._svg = data.decode()
         return self._svg
 
@@ -115,12 +117,21 @@ class Graph:
             raise ValueError(f"Cannot save a graph as {suffix or 'a file without suffix'!r}: use one of {known}.")
         return path
 
+    def summary(self):
+        """One line: what the picture shows (the notebook's plain-text output beside the SVG)."""
+        model = self._model
+        ops = sum(n.kind == "op" for n in model.nodes)
+        return (f"autograd graph: {describe.plural(len(model.nodes), 'node')} ({describe.plural(ops, 'op')}), "
+                f"{describe.plural(len(model.edges), 'edge')}; print(g.text()) for the text version")
+
     def _repr_mimebundle_(self, include=None, exclude=None):
+        # The SVG is what is shown and saved; the plain text beside it is one line, not the
+        # whole tree (text() of a large graph would be stored in every saved notebook).
         try:
             svg = self.svg()
         except LayoutError as error:
             return {"text/plain": f"{error}\n{self.text()}"}
-        return {"image/svg+xml": svg, "text/plain": self.text()}
+        return {"image/svg+xml": svg, "text/plain": self.summary()}
 
     def __str__(self):
         return self.text()
@@ -136,7 +147,7 @@ class Graph:
 
 def draw(*roots, params=None, view="grad_fn", show_saved=False, show_attrs=False,
          max_nodes=DEFAULT_MAX_NODES, group_modules=None, depth=None, strip_suffix=False,
-         legend=False, split_leaves=None, layout_timeout=30.0, title=None):
+         legend=False, split_leaves=None, layout_timeout=30.0, title=None, focus=None):
     """Draw the autograd graph behind ``roots`` and return a ``Graph``.
 
     ``roots``: tensors, or tuples, lists or dicts of tensors (dict keys name them).
@@ -144,7 +155,9 @@ def draw(*roots, params=None, view="grad_fn", show_saved=False, show_attrs=False
     leaves are named after the caller's variables.  ``view``: ``"grad_fn"`` (the
     real graph) or ``"tensor"`` (micrograd-style: tensors and ``*``, ``@``, ``sum``).
     ``show_saved`` / ``show_attrs``: saved tensors and op attributes.
-    ``max_nodes``: draw at most this many nodes and summarise the rest.
+    ``max_nodes``: draw at most this many nodes, those nearest the output, and
+    summarise the rest in one box; ``focus``: a tensor (or list of tensors) of the
+    graph whose neighbourhood to keep instead (an intermediate result, a weight).
     ``group_modules``: an ``nn.Module`` whose submodules become clusters; ``depth``
     collapses each module call at that depth (1 = top-level children) into one box.
     Run the forward under ``with record_modules(model):`` and every op, ReLUs and
@@ -178,10 +191,14 @@ def draw(*roots, params=None, view="grad_fn", show_saved=False, show_attrs=False
     create_graph=True)`` or ``torch.autograd.detect_anomaly()``: only then does
     PyTorch record the parent.
     """
+    if focus is not None and view != "grad_fn":
+        raise ValueError("focus= picks nodes of the grad_fn view; draw with view='grad_fn' to use it.")
     result = _walk_roots(roots, params=params, view=view, show_saved=show_saved,
                          show_attrs=show_attrs, group_modules=group_modules, depth=depth,
-                         max_nodes=max_nodes, strip_suffix=strip_suffix, split_leaves=split_leaves)
-    model = _finish_model(result.model, view, group_modules, depth, max_nodes)
+                         max_nodes=None if focus is not None else max_nodes, strip_suffix=strip_suffix,
+                         split_leaves=split_leaves)
+    focus_ids = _focus_ids(result, focus)
+    model = _finish_model(result.model, view, group_modules, depth, max_nodes, focus_ids)
     return Graph(model, legend=legend, layout_timeout=layout_timeout, title=title)
 
 
@@ -240,17 +257,52 @@ def _walk_roots(roots, *, params, view, show_saved, show_attrs, group_modules, d
     return walk(named_roots, names, options, module_of)
 
 
-def _finish_model(model, view, group_modules, depth, max_nodes):
+def _finish_model(model, view, group_modules, depth, max_nodes, focus_ids=()):
     if model.recorded_modules:
         model = modules.place_leaves(model)
     elif group_modules is not None:
         model = modules.assign_ops(model, group_modules)
-    if group_modules is not None:
-        if depth is not None:
-            model = modules.collapse(model, depth)
+    if any(n.cluster for n in model.nodes):
+        model = modules.place_inputs(model, kinds=("constant", "saved"))
+    if group_modules is not None and depth is not None:
+        model = modules.collapse(model, depth)
     if view == "tensor":
         model = tensor_view.tensor_view(model)
-    return truncate(model, max_nodes)
+    present = {n.id for n in model.nodes}
+    focus = [i for i in focus_ids if i in present]
+    if focus_ids and not focus:
+        model.notes.append("focus= names nodes that are inside a collapsed module: the part nearest "
+                           "the output is shown instead (draw without depth= to focus on them).")
+    return modules.bound_clusters(truncate(model, max_nodes, focus))
+
+
+def _focus_ids(result, focus):
+    """Node ids of the ``focus=`` tensors: the op that made each, or the leaf itself."""
+    if focus is None:
+        return []
+    tensors = [t for _, t in _flatten_roots((focus,), "focus")]
+    ids = []
+    for tensor in tensors:
+        fn = tensor.grad_fn
+        if fn is None:
+            fn = next((f for f in result.op_ids if type(f).__name__ == "AccumulateGrad"
+                       and f.variable is tensor), None)
+        if fn not in result.op_ids:
+            raise ValueError("focus= takes tensors of the drawn graph (an intermediate result or a leaf "
+                             "it uses); this one is not part of it.")
+        ids += result.leaf_uses.get(fn, [result.op_ids[fn]])
+    return ids
+
+
+def quick_layout(model):
+    """Whether graphviz lays this graph out quickly enough to run in this process (see layout.py)."""
+    if len(model.nodes) > layout.IN_PROCESS_MAX_NODES or any(n.cluster for n in model.nodes):
+        return False
+    degree = {}
+    for src, dst in model.edges:
+        degree[src] = degree.get(src, 0) + 1
+        degree[dst] = degree.get(dst, 0) + 1
+    return max(degree.values(), default=0) <= layout.IN_PROCESS_MAX_DEGREE
 
 
 def _flatten_roots(roots, caller):

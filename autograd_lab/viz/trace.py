@@ -13,7 +13,7 @@ import torch
 
 from . import describe
 from .layout import LayoutError
-from .walk import truncate
+from .truncate import truncate
 
 KEY_FRAMES = 3   # without ipywidgets: first, middle and last step, then a table of every step
 
@@ -231,7 +231,7 @@ def _step_rows(record, node_ids):
 def _grad_summary(grad):
     if grad is None:
         return "None"
-    return f"{describe.shape_text(grad.shape)} norm {describe.number(grad.float().norm().item())}"
+    return describe.norm_text(grad)
 
 
 def _slider(frames, widgets):

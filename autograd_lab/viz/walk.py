@@ -78,7 +78,7 @@ class _Walker:
 
     def add_root(self, name, tensor):
         name = name or self.names.tensor_name(tensor)
-        shape = tuple(tensor.shape)
+        shape = describe.shape_of(tensor)
         if tensor.grad_fn is None and tensor.requires_grad:
             self.leaf_node(tensor, name)
             return
@@ -95,8 +95,8 @@ class _Walker:
         self.queue.append((tensor.grad_fn, root.id, 0))
 
     def no_history_root(self, name, tensor):
-        label = f"{name or 'tensor'} {describe.shape_text(tensor.shape)}\nno grad_fn, requires_grad=False"
-        self.new_node("constant", label, name=name, shape=tuple(tensor.shape), state="nograd")
+        label = f"{name or 'tensor'} {describe.shape_text(describe.shape_of(tensor))}\nno grad_fn, requires_grad=False"
+        self.new_node("constant", label, name=name, shape=describe.shape_of(tensor), state="nograd")
         who = name or "this tensor"
         if describe.is_batched(tensor):
             why = (f"{who} is a vmap-batched tensor: torch.func transforms do not build a grad_fn graph "
@@ -112,16 +112,16 @@ class _Walker:
     def leaf_node(self, tensor, name=None):
         name = name or self.names.tensor_name(tensor)
         if self.past_limit():
-            return self.new_node("leaf", name or "leaf", name=name, shape=tuple(tensor.shape))
+            return self.new_node("leaf", name or "leaf", name=name, shape=describe.shape_of(tensor))
         grad = describe.grad_text(tensor)
         label = "\n".join([
-            f"{name or 'leaf'} {describe.shape_text(tensor.shape)}",
+            f"{name or 'leaf'} {describe.shape_text(describe.shape_of(tensor))}",
             f"requires_grad={tensor.requires_grad}",
             grad,
         ])
         cluster = self.module_of.get(id(tensor), ())
         value = describe.values_text(tensor) if self.options.values else None
-        return self.new_node("leaf", label, name=name, shape=tuple(tensor.shape), cluster=cluster,
+        return self.new_node("leaf", label, name=name, shape=describe.shape_of(tensor), cluster=cluster,
                              value=value, grad=grad)
 
     def past_limit(self):
@@ -140,8 +140,8 @@ class _Walker:
         small = tensor.numel() <= describe.SMALL
         value = describe.values_text(tensor) if small or self.options.values else None
         shown = f"\n= {value}" if small else ""
-        label = f"{name or arg or 'constant'} {describe.shape_text(tensor.shape)}{shown}\nno grad"
-        return self.new_node("constant", label, name=name, arg=arg, shape=tuple(tensor.shape),
+        label = f"{name or arg or 'constant'} {describe.shape_text(describe.shape_of(tensor))}{shown}\nno grad"
+        return self.new_node("constant", label, name=name, arg=arg, shape=describe.shape_of(tensor),
                              state="nograd", value=value)
 
     def op_node(self, fn):
@@ -222,7 +222,7 @@ class _Walker:
                     lines.append("= " + known)
             lines.append({"ok": "", "freed": "freed", "stale": f"STALE ({s.detail})",
                           "hooked": "", "unreadable": "unreadable"}[s.state])
-            shape = tuple(s.tensor.shape) if s.tensor is not None else None
+            shape = describe.shape_of(s.tensor) if s.tensor is not None else None
             node = self.new_node("saved", "\n".join(line for line in lines if line), name=s.name,
                                  shape=shape, state=s.state)
             self.edge(node.id, op_id, "saved")
@@ -315,23 +315,3 @@ class _Walker:
             self.model.cluster_labels[path] = path[0]
         return self.result
 
-
-def truncate(model, max_nodes):
-    """Keep the first ``max_nodes`` nodes and say honestly how many were left out."""
-    if max_nodes is None or len(model.nodes) <= max_nodes:
-        return model
-    kept = model.nodes[:max_nodes]
-    kept_ids = {n.id for n in kept}
-    hidden = len(model.nodes) - len(kept)
-    summary = Node("n_more", "summary", None, None,
-                   f"+{describe.plural(hidden, 'more node')}\n(max_nodes={max_nodes}; raise it to see them)")
-    out = model.copy(nodes=kept + [summary])
-    out.edges = []
-    for src, dst in model.edges:
-        if dst not in kept_ids:
-            continue
-        out.edges.append((src, dst) if src in kept_ids else (summary.id, dst))
-    out.edges = list(dict.fromkeys(out.edges))  # several hidden inputs of one node: one edge
-    out.notes.append(f"Showing {max_nodes} of {len(model.nodes)} nodes; "
-                     f"{'the other one is' if hidden == 1 else f'the other {hidden} are'} summarised in one box.")
-    return out
