@@ -154,6 +154,47 @@ def test_lab_08_leaves_no_temporary_folder_behind(tmp_path):
     assert left == []
 
 
+@pytest.mark.parametrize("now", [False, True], ids=["shut down", "killed"])
+def test_a_kernel_that_ran_lab_08_leaves_no_temporary_folder_behind(now):
+    # In JupyterLab the kernel never reaches its exit handlers (ipykernel waits for the resource
+    # tracker, which ignores SIGTERM, and is killed after 5 s): the launcher's watcher cleans up.
+    import os
+    import shutil
+    import tempfile
+    import time
+    from pathlib import Path
+
+    from jupyter_client import KernelManager
+
+    scratch = Path(tempfile.mkdtemp(prefix="l08k-", dir="/tmp"))
+    manager = KernelManager(kernel_name="python3", transport="ipc", ip=str(scratch / "kernel"))
+    manager.connection_file = str(scratch / "connection.json")
+    env = {**os.environ, "TMPDIR": str(scratch / "tmp"), "OMP_NUM_THREADS": "1"}
+    (scratch / "tmp").mkdir()
+    try:
+        manager.start_kernel(env=env)
+        client = manager.client()
+        client.start_channels()
+        client.wait_for_ready(timeout=120)
+        reply = client.execute_interactive(
+            "from autograd_lab.labs import ddp_scenarios as scenarios\n"
+            "from autograd_lab.labs.distributed import launch\n"
+            "assert launch(scenarios.initial_weights, world_size=2).ok", timeout=300)
+        assert reply["content"]["status"] == "ok", reply["content"]
+        assert any(p.name.startswith("pymp-") for p in (scratch / "tmp").iterdir())  # the forkserver's
+        client.stop_channels()
+        manager.shutdown_kernel(now=now)
+        left = lambda: sorted(p.name for p in (scratch / "tmp").iterdir() if not _torchs_own(p))
+        deadline = time.monotonic() + 30
+        while left() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert left() == []
+    finally:
+        if manager.has_kernel:
+            manager.shutdown_kernel(now=True)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def _torchs_own(path):
     """Folders torch itself leaves in TMPDIR, whatever the course does."""
     # torch._dynamo (DDP imports it) makes one cache folder per user, reused by every run.

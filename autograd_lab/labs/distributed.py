@@ -26,6 +26,8 @@ import os
 import queue
 import re
 import socket
+import subprocess
+import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -206,6 +208,9 @@ def _launch_once(scenario, world_size, timeout, collective_timeout, grace, kwarg
     start = time.monotonic()
     for process in processes:
         process.start()
+    if START_METHOD == "forkserver":
+        from multiprocessing import util
+        _remove_when_this_process_ends(util.get_temp_dir())  # the forkserver's folder, made by now
     run = DistributedRun(world_size=world_size)
     _collect(run, outbox, processes, deadline=start + timeout, grace=grace)
     _stop(run, processes)
@@ -221,6 +226,27 @@ def _context():
         # DDP's constructor imports torch._dynamo lazily (~800 modules, seconds per rank).
         context.set_forkserver_preload(_PRELOAD)
     return context
+
+
+# The forkserver listens on a socket in multiprocessing's temp folder (pymp-*), which the
+# process that made it removes at exit.  A Jupyter kernel does not get there: at shutdown
+# ipykernel signals its process group with SIGTERM until every child is gone, the resource
+# tracker ignores SIGTERM, and jupyter_client kills the kernel after 5 s, before any exit
+# handler runs (seen: a pymp-* folder left by every run of notebook 08).  So a watcher, in
+# its own session (out of the signalled group), waits on a pipe for this process to end,
+# however it ends, and removes the folder then.
+_WATCHER = "import os, shutil, sys; os.read(0, 1); shutil.rmtree(sys.argv[1], ignore_errors=True)"
+_watched = {}  # folder -> (watcher, the pipe's write end, held open until this process ends)
+
+
+def _remove_when_this_process_ends(folder):
+    if folder in _watched:
+        return
+    read_end, write_end = os.pipe()
+    watcher = subprocess.Popen([sys.executable, "-c", _WATCHER, folder], stdin=read_end,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    os.close(read_end)
+    _watched[folder] = (watcher, write_end)
 
 
 def _collect(run, outbox, processes, *, deadline, grace):
