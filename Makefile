@@ -55,9 +55,11 @@ $(STAMP): pyproject.toml requirements/course.txt
 # `autograd-lab lab` updates work/ (course/workspace.py), then replaces itself with
 # JupyterLab on work/, kernels on IPC sockets (docs/contracts.md §2).  The quick doctor
 # imports no torch, so the server starts in seconds.
+# LAB_ARGS go to JupyterLab: make lab LAB_ARGS="--no-browser --port=8899"
+LAB_ARGS ?=
 lab: setup
 	@$(BIN)/autograd-lab doctor --quick || true
-	@$(BIN)/autograd-lab lab --course notebooks --work work
+	@$(BIN)/autograd-lab lab --course notebooks --work work $(LAB_ARGS)
 
 # Start a notebook over: make reset NN=01 (or NN=01_dynamic_graph.ipynb); your copy is
 # kept in work/backups/.
