@@ -21,18 +21,23 @@ torchviz runs in a subprocess killed after 60 s and is then reported as
 
 Run:  .venv/bin/python benchmarks/viz_scaling.py [--steps 10 30 50 100 300 1000] [--cap 60]
 
-Real models (``--models``): torchvision's resnet18, a 2-layer GPT-2 built from a
-config (transformers, no weights downloaded) and the RNN at T=10 and T=20, each drawn
-to SVG by ``draw`` and by torchviz's ``make_dot(...).pipe("svg")`` in this one
-process, alternating, on the same graph.  Reported is CPU time (this process plus
-the ``dot`` children, from ``resource.getrusage``), not wall time, because the
-machine is shared.  torchvision from PyPI does not import beside the course's
-pinned torch, so this mode needs its own venv outside the clone::
+Real models (``--models``, issue 24): torchvision's resnet18 (train mode, 1x3x64x64),
+GPT-2 with 2 layers (n_embd 64) and 12 layers (n_embd 768, GPT-2 small's shape) and
+BERT-tiny (2 layers, hidden 128), all built from configs (transformers, no weights
+downloaded), 16 tokens.  Each tool runs forward + graph + SVG, alternating in this one
+process on the same model: ``draw(loss, params=...).svg()`` (in-process layout), the
+same forced onto a ``dot`` process, torchviz's ``make_dot(...).pipe("svg")`` and
+torchview's ``draw_graph(...).visual_graph.pipe("svg")``.  Nothing is cached between
+runs: each run makes a new graph and lays it out.  Reported is CPU time (this process
+plus the ``dot`` children, from ``resource.getrusage``), not wall time, because the
+machine is shared.  torchvision from PyPI does not import beside the course's pinned
+torch, so this mode needs its own venv outside the clone::
 
     python3 -m venv ~/.cache/autograd-lab/venvs/bench-viz
-    ~/.cache/autograd-lab/venvs/bench-viz/bin/pip install torch==2.14.1 torchvision==0.29.1 torchviz transformers
+    ~/.cache/autograd-lab/venvs/bench-viz/bin/pip install torch==2.14.1 torchvision==0.29.1 \\
+        torchviz torchview transformers
     ~/.cache/autograd-lab/venvs/bench-viz/bin/pip install --no-deps -e .
-    ~/.cache/autograd-lab/venvs/bench-viz/bin/python benchmarks/viz_scaling.py --models
+    OMP_NUM_THREADS=1 ~/.cache/autograd-lab/venvs/bench-viz/bin/python benchmarks/viz_scaling.py --models --runs 9
 """
 
 import argparse
@@ -174,21 +179,33 @@ def machine():
             f"torch {torch.__version__}, {dot}, Python {platform.python_version()}")
 
 
-def real_models():
-    """(name, loss, named parameters) for each real model of ``--models``."""
+MODELS = ("resnet18", "gpt2-2", "gpt2-12", "bert-tiny")
+
+
+def real_models(names=MODELS):
+    """(name, model, forward) for each real model of ``--models``: ``forward()`` returns the loss."""
     import torchvision
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
     torch.manual_seed(0)
-    resnet = torchvision.models.resnet18(num_classes=10)
-    yield "resnet18 (1x3x64x64)", resnet(torch.randn(1, 3, 64, 64)).sum(), dict(resnet.named_parameters())
-    config = GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=1000, n_positions=64,
-                        bos_token_id=0, eos_token_id=0)
-    gpt2 = GPT2LMHeadModel(config)
+    if "resnet18" in names:
+        resnet = torchvision.models.resnet18(num_classes=10)
+        image = torch.randn(1, 3, 64, 64)
+        yield "resnet18 (1x3x64x64)", resnet, (image,), lambda: resnet(image).sum()
     tokens = torch.randint(0, 1000, (1, 16))
-    yield "GPT-2, 2 layers, n_embd 64 (1x16 tokens)", gpt2(tokens, labels=tokens).loss, dict(gpt2.named_parameters())
-    for steps in (10, 20):
-        loss, params = rnn_loss(steps)
-        yield f"RNN, T={steps}", loss, params
+    for layers, width, heads in ((2, 64, 2), (12, 768, 12)):
+        if f"gpt2-{layers}" not in names:
+            continue
+        config = GPT2Config(n_layer=layers, n_embd=width, n_head=heads, vocab_size=1000, n_positions=64,
+                            bos_token_id=0, eos_token_id=0)
+        gpt2 = GPT2LMHeadModel(config)
+        label = f"GPT-2, {layers} layers, n_embd {width} (1x16 tokens)"
+        yield label, gpt2, (tokens,), (lambda m=gpt2: m(tokens, labels=tokens).loss)
+    if "bert-tiny" in names:   # google/bert_uncased_L-2_H-128_A-2's shape, built from a config
+        config = BertConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512,
+                            vocab_size=1000)
+        bert = BertForMaskedLM(config)
+        yield "BERT-tiny, 2 layers, hidden 128 (1x16 tokens)", bert, (tokens,), \
+            lambda: bert(tokens, labels=tokens).loss
 
 
 def cpu_of(render):
@@ -197,40 +214,75 @@ def cpu_of(render):
     return cpu_seconds() - start
 
 
-def compare_models(runs):
+def _torchview(model, inputs):
+    from torchview import draw_graph
+    return draw_graph(model, input_data=list(inputs), device="cpu").visual_graph.pipe(format="svg")
+
+
+def compare_models(runs, names=MODELS):
+    """Forward + graph + SVG for each tool, alternating in this one process, on the same model."""
     from torchviz import make_dot
-    print("| model | grad_fns | ours: nodes drawn | ours: draw+SVG CPU (min / median) "
-          "| torchviz: draw+SVG CPU (min / median) | speed-up (min) | ours / torchviz: Python part (min) |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for name, loss, params in real_models():
-        ours, peer = [], []
-        for _ in range(runs):   # alternate, so that load on the shared machine hits both alike
-            ours.append(cpu_of(lambda: draw(loss, params=params).svg()))
-            peer.append(cpu_of(lambda: make_dot(loss, params=params).pipe(format="svg")))
-        graph = draw(loss, params=params)
-        ours_py = min(cpu_of(lambda: draw(loss, params=params).source) for _ in range(runs))
-        peer_py = min(cpu_of(lambda: make_dot(loss, params=params).source) for _ in range(runs))
-        ours.sort(), peer.sort()
-        print(f"| {name} | {len(graph.ops())} | {len(graph.nodes)} | {ours[0]:.3f} s / {ours[runs // 2]:.3f} s "
-              f"| {peer[0]:.3f} s / {peer[runs // 2]:.3f} s | {peer[0] / ours[0]:.1f}x "
-              f"| {ours_py:.4f} s / {peer_py:.4f} s |", flush=True)
+    from autograd_lab.viz import layout
+    params_of = {}
+
+    def ours(loss, model):
+        return draw(loss, params=params_of[id(model)]).svg()
+
+    def ours_process(loss, model):
+        os.environ["AUTOGRAD_LAB_LAYOUT"] = "process"
+        try:
+            return draw(loss, params=params_of[id(model)]).svg()
+        finally:
+            del os.environ["AUTOGRAD_LAB_LAYOUT"]
+
+    def torchviz(loss, model):
+        return make_dot(loss, params=params_of[id(model)]).pipe(format="svg")
+
+    tools = {"ours": ours, "ours, dot process": ours_process, "torchviz": torchviz}
+    print(f"Ours lays out through: {layout.backend()}. Each cell: CPU seconds, min / median of {runs} runs.\n")
+    print("| model | grad_fns | ours: nodes | forward | graph + SVG: " + " | ".join(tools)
+          + " | torchview: forward + graph + SVG | torchviz / ours | torchview / (forward + ours) |")
+    print("|---|---:|---:|---:|" + "---:|" * (len(tools) + 3))
+    for name, model, inputs, forward in real_models(names):
+        params_of[id(model)] = dict(model.named_parameters())
+        times = {tool: [] for tool in ("forward", *tools, "torchview")}
+        failed = {}
+        for _ in range(runs):   # alternate, so that load on the shared machine hits every tool alike
+            losses = []
+            times["forward"].append(cpu_of(lambda: losses.append(forward())))
+            for tool, run in tools.items():
+                times[tool].append(cpu_of(lambda: run(losses[0], model)))
+            if "torchview" not in failed:
+                try:
+                    times["torchview"].append(cpu_of(lambda: _torchview(model, inputs)))
+                except Exception as error:  # noqa: BLE001 - a peer that crashes is reported, not fatal
+                    failed["torchview"] = f"fails: {type(error).__name__}"
+        graph = draw(forward(), params=params_of[id(model)])
+        best = {tool: min(xs) for tool, xs in times.items() if xs}
+        cells = [failed[tool] if tool in failed else
+                 f"{sorted(times[tool])[0]:.3f} / {sorted(times[tool])[len(times[tool]) // 2]:.3f}"
+                 for tool in times]
+        view = (f"{best['torchview'] / (best['forward'] + best['ours']):.2f}x" if "torchview" in best else "-")
+        print(f"| {name} | {len(graph.ops())} | {len(graph.nodes)} | " + " | ".join(cells)
+              + f" | {best['torchviz'] / best['ours']:.2f}x | {view} |", flush=True)
     tiny = min(cpu_of(lambda: subprocess.run(["dot", "-Tsvg"], input=b"digraph { a -> b }",
                                              capture_output=True)) for _ in range(runs))
-    print(f"\n`dot -Tsvg` on a 2-node graph costs {tiny:.3f} s of CPU time: a floor under both columns.")
+    print(f"\n`dot -Tsvg` on a 2-node graph costs {tiny:.3f} s of CPU time (the floor under a dot process).")
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", action="store_true",
-                        help="resnet18, GPT-2 and the RNN against torchviz (needs the bench-viz venv)")
+    parser.add_argument("--models", nargs="*", choices=MODELS, default=None,
+                        help="real models against torchviz and torchview (needs the bench-viz venv); "
+                             "no names: all four")
     parser.add_argument("--steps", type=int, nargs="+", default=list(STEPS))
     parser.add_argument("--cap", type=float, default=60.0, help="seconds before a run is killed")
     parser.add_argument("--runs", type=int, default=3, help="runs of ours per T (best is reported)")
     args = parser.parse_args(argv)
 
     print(f"Measured {datetime.date.today().isoformat()} on {machine()}.\n")
-    if args.models:
-        compare_models(max(args.runs, 5))
+    if args.models is not None:
+        compare_models(max(args.runs, 5), tuple(args.models) or MODELS)
         print(f"\nLoad average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}.")
         return
     print("SVG columns: wall-clock / CPU time.\n")

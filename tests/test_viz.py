@@ -571,15 +571,20 @@ def test_trace_shows_a_slider_when_ipywidgets_is_installed(monkeypatch):
             return False
 
     fake = type(sys)("ipywidgets")
-    fake.IntSlider = fake.Output = fake.VBox = Widget
+    fake.IntSlider = fake.Output = fake.VBox = fake.HTML = Widget
     monkeypatch.setitem(sys.modules, "ipywidgets", fake)
     monkeypatch.setattr("IPython.display.display", lambda *objs, **kw: shown.extend(objs))
     x = torch.randn(2, requires_grad=True)
     t = trace_backward((x * 3).sum())
     t._ipython_display_()
-    box = shown[-1]
-    slider, _ = box.args[0]
+    note, picture, first, box = shown
+    slider, _, style = box.args[0]
     assert slider.kwargs["max"] == len(t.order) == 3
-    assert shown[0] is t.frames[0]                              # the first frame is shown at once
+    assert first is t.frames[0]                                 # the first frame is shown at once
     slider.observers[0]({"new": 3})
     assert shown[-1] is t.frames[2]
+    # Beside the widget, a plain picture of the whole trace that a saved notebook keeps;
+    # the live slider hides it (CSS scoped to this trace's id), a reopened notebook shows it.
+    assert picture is t.graph and "image/svg+xml" in picture._repr_mimebundle_()
+    key = re.search(r'id="(autograd-lab-trace-[0-9a-f]+)"', note["text/html"]).group(1)
+    assert f":has(#{key})" in style.args[0] and "display: none" in style.args[0]

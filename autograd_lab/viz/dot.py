@@ -8,6 +8,8 @@ background itself (edges, cluster frames, titles) is a mid grey that contrasts
 with white and with near-black.
 """
 
+from functools import lru_cache
+
 # Okabe & Ito (2008), "Color Universal Design".
 ORANGE, SKY_BLUE, GREEN, YELLOW, BLUE, VERMILLION, PURPLE = (
     "#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7")
@@ -52,8 +54,11 @@ LEGEND = [
 ]
 
 GREY = "#8C8C8C"   # on the background: 3.4:1 against white, 6:1 against JupyterLab's dark #111111
+# nslimit=1 caps the network-simplex passes that place nodes sideways at one per node:
+# 25% less layout time on a 2-layer GPT-2 and 40% less on a 12-layer one (issue 24's
+# benchmark), edges a little less straight; ranks and crossings are computed as before.
 GRAPH_ATTRS = (f'  graph [fontname="Helvetica" fontsize=10 ranksep=0.3 nodesep=0.25 bgcolor="transparent" '
-               f'fontcolor="{GREY}"]\n'
+               f'fontcolor="{GREY}" nslimit=1]\n'
                '  node [fontname="Helvetica" fontsize=10 height=0.3 margin="0.08,0.04" fontcolor="#000000"]\n'
                f'  edge [fontname="Helvetica" fontsize=9 arrowsize=0.6 color="{GREY}" fontcolor="{GREY}"]\n')
 
@@ -67,6 +72,12 @@ def attrs(mapping):
     return " ".join(f"{key}={quote(value)}" for key, value in mapping.items())
 
 
+@lru_cache(maxsize=None)
+def style_text(kind, state=None, mark=None, step=False):
+    """The attribute text of one combination of styles (a graph uses a handful: made once)."""
+    return attrs(node_style(kind, state, mark, 1 if step else None))
+
+
 def node_style(kind, state=None, mark=None, step=None):
     style = dict(KIND_STYLE[kind])
     style.update(STATE_STYLE.get(state, {}))
@@ -78,43 +89,61 @@ def node_style(kind, state=None, mark=None, step=None):
     return style
 
 
-def node_line(node, indent="  "):
+def node_line(node, indent="  ", placed=None):
     state = "split" if node.use is not None and node.state == "ok" else node.state
-    style = node_style(node.kind, state, node.mark, node.step)
     label = node.label if node.step is None else f"#{node.step} {node.label}"
-    return f"{indent}{node.id} [label={quote(label)} {attrs(style)}]\n"
+    style = style_text(node.kind, state, node.mark, node.step is not None)
+    return f"{indent}{node.id} [label={quote(label)} {style}{_at(placed, node.id)}]\n"
 
 
-def edge_line(src, dst, kind, label):
+def _at(placed, name):
+    """Position attributes of a node laid out before (``layout.positions``), for ``nop2``."""
+    if not placed or name not in placed["nodes"]:
+        return ""
+    pos, width, height = placed["nodes"][name]
+    return f' pos="{pos}" width={width} height={height} fixedsize=true'
+
+
+def edge_line(src, dst, kind, label, placed=None):
     style = {}
     if kind == "saved":
         style = {"style": "dashed", "color": ORANGE, "arrowhead": "none"}
     if label:
         style["label"] = label
+    if placed:
+        pos, label_pos = placed.pop(0)
+        style["pos"] = pos
+        if label and label_pos:
+            style["lp"] = label_pos
     return f"  {src} -> {dst}" + (f" [{attrs(style)}]" if style else "") + "\n"
 
 
-def to_dot(model, legend=False, title=None):
+def to_dot(model, legend=False, title=None, placed=None):
+    """DOT text of ``model``; with ``placed`` (a layout made before), positions that ``nop2`` keeps."""
     parts = ["digraph autograd {\n", GRAPH_ATTRS]
     if title:
         parts.append(f"  label={quote(title)} labelloc=t\n")
-    parts += _clustered_nodes(model)
+    if placed:
+        parts.append(f'  bb="{placed["bb"]}"' + (f' lp="{placed["lp"]}"' if placed.get("lp") else "") + "\n")
+    parts += _clustered_nodes(model, placed)
+    edges = {key: list(value) for key, value in placed["edges"].items()} if placed else {}
     for src, dst in model.edges:
-        parts.append(edge_line(src, dst, model.edge_kinds.get((src, dst)), model.edge_labels.get((src, dst))))
+        parts.append(edge_line(src, dst, model.edge_kinds.get((src, dst)), model.edge_labels.get((src, dst)),
+                               edges.get((src, dst))))
     if legend:
-        parts += legend_lines(model)
+        parts += legend_lines(model, placed)
     parts.append("}\n")
     return "".join(parts)
 
 
-def _clustered_nodes(model):
+def _clustered_nodes(model, placed=None):
     """Nodes, with those that share a cluster path nested in ``subgraph cluster_*`` blocks."""
     tree = {}   # path prefix -> child prefixes, in first-seen order
     members = {}
     loose = []
     for node in model.nodes:
         if not node.cluster:
-            loose.append(node_line(node))
+            loose.append(node_line(node, placed=placed))
             continue
         members.setdefault(node.cluster, []).append(node)
         for depth in range(1, len(node.cluster) + 1):
@@ -133,28 +162,32 @@ def _clustered_nodes(model):
         counter += 1
         pad = "  " * depth
         title = model.cluster_labels.get(path, path[-1])
+        bb = placed["clusters"].get(f"cluster_{counter}") if placed else None
         lines.append(f"{pad}subgraph cluster_{counter} {{\n{pad}  label={quote(title)} "
-                     f'style="rounded,dashed" color="{GREY}" fontcolor="{GREY}"\n')
-        lines += [node_line(n, pad + "  ") for n in members.get(path, [])]
+                     f'style="rounded,dashed" color="{GREY}" fontcolor="{GREY}"'
+                     + (f' bb="{bb}"' if bb else "") + "\n")
+        lines += [node_line(n, pad + "  ", placed) for n in members.get(path, [])]
         stack.append((None, depth))
         stack += [(child, depth + 1) for child in reversed(list(tree.get(path, {})))]
     return lines
 
 
-def legend_lines(model):
+def legend_lines(model, placed=None):
     """A legend cluster with one sample per style the picture actually uses."""
     present = {n.kind for n in model.nodes} | {n.state for n in model.nodes} | {n.mark for n in model.nodes}
     if any(n.use is not None for n in model.nodes):
         present.add("split")
     if any(n.step is not None for n in model.nodes):
         present.add("step")
-    lines = [f'  subgraph cluster_legend {{\n    label="legend" style="rounded" color="{GREY}"\n']
+    bb = placed["clusters"].get("cluster_legend") if placed else None
+    lines = [f'  subgraph cluster_legend {{\n    label="legend" style="rounded" color="{GREY}"'
+             + (f' bb="{bb}"' if bb else "") + "\n"]
     previous = None
     for i, (kind, feature, text) in enumerate(LEGEND):
         if (feature or kind) not in present:
             continue
         style = node_style(kind, state=feature, mark=feature, step=1 if feature == "step" else None)
-        lines.append(f"    legend_{i} [label={quote(text)} {attrs(style)}]\n")
+        lines.append(f"    legend_{i} [label={quote(text)} {attrs(style)}{_at(placed, f'legend_{i}')}]\n")
         if previous:  # invisible edges stack the samples in one column
             lines.append(f"    {previous} -> legend_{i} [style=invis]\n")
         previous = f"legend_{i}"

@@ -42,11 +42,12 @@ _DOT_SUFFIXES = {".svg": "svg", ".png": "png", ".pdf": "pdf"}
 class Graph:
     """A drawn autograd graph: ``nodes``, ``edges``, ``source`` (DOT), ``text()``, ``save()``."""
 
-    def __init__(self, model, *, legend=False, layout_timeout=30.0, title=None):
+    def __init__(self, model, *, legend=False, layout_timeout=30.0, title=None, placed=None):
         self._model = model
         self.legend = legend
         self.layout_timeout = layout_timeout
         self.title = title
+        self._placed = placed     # a function giving a layout made before (a trace's frames share one)
         self._source = None
         self._svg = None
 
@@ -69,7 +70,8 @@ class Graph:
     def source(self):
         """The DOT text; the same code always gives the same text."""
         if self._source is None:
-            self._source = to_dot(self._model, legend=self.legend, title=self.title)
+            placed = self._placed() if self._placed is not None else None
+            self._source = to_dot(self._model, legend=self.legend, title=self.title, placed=placed)
         return self._source
 
     def text(self):
@@ -96,8 +98,10 @@ class Graph:
     def svg(self):
         """The SVG text (raises ``LayoutError`` when graphviz is missing or too slow)."""
         if self._svg is None:
+            # A graph laid out before (a trace frame) is only drawn: nop2 keeps every position.
+            engine = "nop2" if self._placed is not None else "dot"
             data = layout.render(self.source, "svg", self.layout_timeout, len(self._model.nodes),
-                                 quick=quick_layout(self._model))
+                                 quick=quick_layout(self._model), engine=engine)
             self._svg = data.decode()
         return self._svg
 
@@ -138,6 +142,11 @@ class Graph:
 
     def __repr__(self):
         return self.text()
+
+    def positions(self):
+        """Where graphviz puts each node, edge and frame of this picture (``layout.positions``)."""
+        return layout.positions(to_dot(self._model, legend=self.legend, title=self.title), self.layout_timeout,
+                                len(self._model.nodes), quick=quick_layout(self._model))
 
     def _with_model(self, model, **changes):
         options = {"legend": self.legend, "layout_timeout": self.layout_timeout, "title": self.title}

@@ -40,7 +40,7 @@ INSTALL_HINT = ("graphviz's `dot` program was not found on PATH, so this graph i
                 "conda: conda install -c conda-forge graphviz) to see the picture.")
 IN_PROCESS_MAX_NODES = 1500
 IN_PROCESS_MAX_DEGREE = 32
-IN_PROCESS_FORMATS = ("svg", "json")
+IN_PROCESS_FORMATS = ("svg", "json0")
 _PLUGINS = ("core", "dot_layout", "neato_layout")   # neato's plugin brings nop2: a layout kept as given
 
 
@@ -194,3 +194,25 @@ def _path_of(library, symbol):
     if not libc.dladdr(ctypes.cast(getattr(library, symbol), ctypes.c_void_p), ctypes.byref(info)):
         raise OSError("dladdr could not locate libgvc")
     return os.path.realpath(info.dli_fname.decode())
+
+
+def positions(source, timeout=30.0, node_count=None, quick=False):
+    """Where graphviz puts everything in ``source``: the layout that ``nop2`` can redraw.
+
+    Returns ``{"bb", "lp", "nodes": {name: (pos, width, height)}, "edges": {(tail, head):
+    [(pos, lp), ...]}, "clusters": {name: bb}}``, graphviz's own strings.
+    """
+    import json
+
+    data = json.loads(render(source, "json0", timeout, node_count, quick=quick))
+    objects = data.get("objects", [])
+    found = {"bb": data.get("bb"), "lp": data.get("lp"), "nodes": {}, "edges": {}, "clusters": {}}
+    for obj in objects:
+        if "nodes" in obj or "subgraphs" in obj or obj.get("name", "").startswith("cluster"):
+            found["clusters"][obj["name"]] = obj.get("bb")
+        elif "pos" in obj:
+            found["nodes"][obj["name"]] = (obj["pos"], obj["width"], obj["height"])
+    for edge in data.get("edges", []):
+        key = (objects[edge["tail"]]["name"], objects[edge["head"]]["name"])
+        found["edges"].setdefault(key, []).append((edge.get("pos"), edge.get("lp")))
+    return found

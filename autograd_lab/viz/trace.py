@@ -5,6 +5,7 @@ runs ``torch.autograd.backward`` and removes the hooks again, even on error.
 ``Trace`` then turns the records into names, node ids and one frame per step.
 """
 
+import hashlib
 import html
 import warnings
 from dataclasses import dataclass, field
@@ -147,10 +148,31 @@ class Trace:
             child = after.input_ids.get((consumer, i))
             if child is not None:
                 self._flows.append((step, (child, consumer), describe.values_text(grad)))
+        self._placed = None
         self.graph = self._frame(len(self.order), current=False)
         self.frames = Frames(self._frame, len(self.order))
 
+    def _layout(self):
+        """One layout for every frame: the last step's picture, with the longest title, laid out once.
+
+        Frames are drawn on it with ``nop2`` (no layout), so nodes keep their places from
+        step to step; boxes keep the size of their largest label (the executed one).
+        """
+        if self._placed is None:
+            model, _ = self._frame_model(len(self.order), current=True)
+            titles = [self._title(k) for k in range(1, len(self.order) + 1)]
+            widest = max(titles, key=len, default=None)
+            self._placed = self._graph_factory(model, title=widest).positions()
+        return self._placed
+
+    def _title(self, upto):
+        return f"step {upto} of {len(self.order)}: {self.order[upto - 1]}"
+
     def _frame(self, upto, current=True):
+        model, title = self._frame_model(upto, current)
+        return self._graph_factory(model, title=title, placed=self._layout if current else None)
+
+    def _frame_model(self, upto, current):
         steps = {}
         for k, ids in enumerate(self._step_nodes[:upto], 1):
             for node_id in ids:
@@ -165,8 +187,7 @@ class Trace:
             if current and node.step == upto:
                 node.mark = "current"
         model.edge_labels = {edge: label for step, edge, label in self._flows if step <= upto}
-        title = f"step {upto} of {len(self.order)}: {self.order[upto - 1]}" if current else None
-        return self._graph_factory(truncate(model, self._truncate_to), title=title)
+        return truncate(model, self._truncate_to), self._title(upto) if current else None
 
     def text(self):
         lines = [f"step {k}: {name}" for k, name in enumerate(self.order, 1)]
@@ -190,9 +211,10 @@ class Trace:
         return f"<table>{head}{''.join(rows)}</table>"
 
     def _repr_mimebundle_(self, include=None, exclude=None):
+        """Without ipywidgets: pictures of a few key steps (one layout) and a table of every step."""
         shown = self.key_steps()
         parts = [f"<p>{len(self.frames)} backward steps; pictures of steps {', '.join(map(str, shown))} "
-                 "(install ipywidgets for a slider over every step, or look at trace.frames[k]).</p>"]
+                 "(every step: trace.frames[k]; with ipywidgets, a slider).</p>"]
         for k in shown:
             frame = self.frames[k - 1]
             try:
@@ -200,7 +222,10 @@ class Trace:
             except LayoutError as error:
                 return {"text/plain": f"{error}\n{self.text()}"}
         parts.append(self.table_html())
-        return {"text/html": "\n".join(parts), "text/plain": self.text()}
+        return {"text/html": "\n".join(parts), "text/plain": self.summary()}
+
+    def summary(self):
+        return f"backward trace: {len(self.order)} steps; print(trace.text()) for every step and gradient"
 
     def _ipython_display_(self):
         from IPython.display import display
@@ -209,7 +234,23 @@ class Trace:
         except ImportError:
             display(self._repr_mimebundle_(), raw=True)
             return
-        display(_slider(self.frames, ipywidgets))
+        # The slider lives only as long as the kernel: a saved notebook reopened later has
+        # no widget to show.  So the whole trace is also shown as a plain picture, which
+        # the notebook saves; the live slider hides it, and after a reopen it hides the
+        # widget's "model not found" line instead (both with CSS scoped to this output).
+        key = "autograd-lab-trace-" + hashlib.sha1(self.text().encode()).hexdigest()[:12]
+        display({"text/html": _static_note(key, len(self.order)), "text/plain": self.summary()}, raw=True)
+        display(self.graph)
+        display(_slider(self.frames, ipywidgets, hide=key))
+
+
+def _static_note(key, steps):
+    hide_widget_note = (f".jp-OutputArea-child:has(#{key}) + .jp-OutputArea-child + .jp-OutputArea-child "
+                        ".jupyter-widgets:not(:has(*)) {display: none}")
+    return (f'<div id="{key}" class="autograd-lab-trace-static"><style>{hide_widget_note}</style>'
+            f"<p>The backward pass, all {steps} steps at once: each node carries the number of the step "
+            "that ran it (#k), each edge the gradient it sent. Run the cell again to step through it "
+            "with a slider.</p></div>")
 
 
 def _step_rows(record, node_ids):
@@ -234,8 +275,11 @@ def _grad_summary(grad):
     return describe.norm_text(grad)
 
 
-def _slider(frames, widgets):
-    """A slider that shows one frame at a time (only when ipywidgets is installed)."""
+def _slider(frames, widgets, hide=None):
+    """A slider that shows one frame at a time (only when ipywidgets is installed).
+
+    ``hide``: the id of the trace's static picture, hidden while the slider is alive.
+    """
     from IPython.display import display
     slider = widgets.IntSlider(value=1, min=1, max=max(1, len(frames)), description="step")
     screen = widgets.Output()
@@ -247,4 +291,9 @@ def _slider(frames, widgets):
 
     slider.observe(show, names="value")
     show({"new": 1})
-    return widgets.VBox([slider, screen])
+    children = [slider, screen]
+    if hide:
+        rule = (f".jp-OutputArea-child:has(#{hide}), .jp-OutputArea-child:has(#{hide}) + .jp-OutputArea-child "
+                "{display: none}")
+        children.append(widgets.HTML(f"<style>{rule}</style>"))
+    return widgets.VBox(children)
