@@ -1,21 +1,28 @@
 """Grade a batch: ``--jobs`` submissions at a time, each in a worker process of its own.
 
-For each submission the grader:
+Before anything is written, the grader makes sure it can contain student code:
+the sandbox and the cgroups are probed (``sandbox.py``, ``limits.py``); a
+refusal leaves ``--out`` untouched.  What is and is not enforced is printed, and
+is in every report.  Then, for each submission, the grader:
 
-1. hashes the file and reads it as nbformat (a malformed file is an ``error``
-   report, never a crash);
-2. copies it into a private work folder and starts ``worker.py`` there, in a new
-   process group, under a wall-clock limit and a memory watchdog over the
-   worker's whole process tree; the worker runs the notebook in a bubblewrap
-   sandbox (``sandbox.py``) and judges the records in its own process, so a
-   hostile record costs that worker, never the batch or another submission;
-3. kills whatever the worker and its kernels left running;
+1. refuses a file that is not a regular file (a link to ``/dev/zero``, a FIFO)
+   with an ``error`` report, hashes the file and reads it as nbformat (a
+   malformed file is an ``error`` report, never a crash);
+2. copies it into a private folder and starts ``worker.py`` there, in a new
+   process group and a cgroup of its own (memory of its kernels plus judging),
+   under a wall-clock limit; the worker runs the notebook in a sandbox
+   and judges the records in its own process, so a hostile record costs that
+   worker, never the batch or another submission;
+3. kills whatever the worker and its kernels left running (the whole cgroup);
 4. writes the student's reports at once (``reports.py``), so partial results
    survive an interrupted batch;
 5. checks that the submission's hash did not change.
 
 Whatever goes wrong with one submission becomes that submission's ``error``
-report; the gradebook is always written.
+report; once grading has started the gradebook is always written.  SIGTERM
+stops the batch like Ctrl-C, but kills the submissions in progress: the
+gradebook of what was finished is written and every temporary folder and cgroup
+is removed.
 """
 
 import atexit
@@ -23,9 +30,11 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -34,6 +43,7 @@ from autograd_lab import checking
 
 from . import reports, scoring
 from .execute import code_cells
+from .limits import Group
 from .progress import ProgressBar
 from .sandbox import UNSANDBOXED_WARNING, Sandbox, SandboxUnavailable
 from .submissions import UsageError, find_submissions, flag_shared_files, read_notebook, sha256
@@ -41,6 +51,7 @@ from .watchdog import Watchdog, kill_tree
 
 # The worker judges records in its own process: this much memory on top of its kernels.
 JUDGE_MEMORY_MB = 2048
+WORKER_TASKS = 256       # the worker's own threads and processes, on top of its kernel's
 MAX_PROBLEM_CHARS = 2000
 
 
@@ -48,16 +59,23 @@ MAX_PROBLEM_CHARS = 2000
 class Options:
     out: str
     jobs: int = 2
-    cell_timeout: float = 60.0
-    check_timeout: float = 10.0
+    cell_timeout: float = 60.0    # CPU seconds of the sandbox per cell (3 times that of wall clock if idle)
+    check_timeout: float = 10.0   # CPU seconds per call of an answer
     submission_timeout: float = 900.0
     notebooks: tuple = ()         # notebook numbers ("00") whose exercises are graded
-    memory_mb: int = 2048         # resident memory of each submission's sandbox, all processes together
+    memory_mb: int = 2048         # memory of each submission's sandbox, all processes and tmpfs together
+    disk_mb: int = 512            # each tmpfs of the sandbox (home and work folder, /tmp, /dev/shm)
+    max_processes: int = 1024     # processes and threads of each sandbox together
     output_limit: int = 100_000   # characters of printed output kept per cell
     progress: bool = True
     kernel_python: str = sys.executable   # needs torch, ipykernel and autograd_lab
     allow_unsandboxed: bool = False
+    sandbox: str = "bubblewrap"   # or "container": the machine is a disposable container (Gradescope)
     release: str = ""             # a student build (autograd-lab release) for the kernels; "" = build one
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: stop now, keep what is finished, leave nothing behind."""
 
 
 def choose_exercises(numbers):
@@ -71,23 +89,30 @@ def choose_exercises(numbers):
     return chosen
 
 
-def make_sandbox(options, workroot, stream=None):
+def make_sandbox(options, stream=None):
     """The batch's sandbox, with kernels importing a student build; refuses unless it can contain them."""
-    release = options.release or student_build(workroot)
+    release = options.release or student_build()
     try:
         sandbox = Sandbox.for_this_machine(memory_mb=options.memory_mb, python=options.kernel_python,
-                                           package_root=release, allow_unsandboxed=options.allow_unsandboxed)
+                                           package_root=release, allow_unsandboxed=options.allow_unsandboxed,
+                                           kind=options.sandbox, disk_mb=options.disk_mb)
     except SandboxUnavailable as error:
         raise UsageError(str(error)) from None
-    if not sandbox.enabled:
-        print(f"WARNING: {UNSANDBOXED_WARNING}. Every report says so.", file=stream or sys.stderr)
+    sandbox = _with_processes(sandbox, options.max_processes)
+    for warning in sandbox.warnings():
+        print(f"WARNING: {warning}", file=stream or sys.stderr)
     return sandbox
+
+
+def _with_processes(sandbox, count):
+    from dataclasses import replace
+    return replace(sandbox, max_processes=count)
 
 
 _BUILDS = {}
 
 
-def student_build(workroot):
+def student_build():
     """A student build (no solutions) for the kernels, made once per grader process."""
     from autograd_lab.grading import release
 
@@ -96,6 +121,13 @@ def student_build(workroot):
         # Reused by every batch of this process, so removed when the process ends, not per batch.
         atexit.register(shutil.rmtree, folder, True)
         _BUILDS["path"] = release.build(folder)
+        # The kernels may run as an unprivileged uid: they must be able to read it.
+        for root, folders, files in os.walk(folder):
+            for name in folders:
+                os.chmod(os.path.join(root, name), 0o755)
+            for name in files:
+                os.chmod(os.path.join(root, name), 0o644)
+        os.chmod(folder, 0o755)
     return _BUILDS["path"]
 
 
@@ -103,17 +135,19 @@ def grade_batch(arguments, options, stream=None):
     """Grade every submission; return the student reports (also written under ``options.out``)."""
     submissions = find_submissions(arguments)
     chosen = choose_exercises(options.notebooks)
-    os.makedirs(options.out, exist_ok=True)
     workroot = tempfile.mkdtemp(prefix="autograd-lab-grade-")
-    os.chmod(workroot, 0o700)
-    done = []
+    os.chmod(workroot, 0o711)   # kernels that run as another uid reach their own folder, list nothing
+    done, sandbox, running = [], None, _Running()
+    previous = _on_sigterm()
     try:
-        sandbox = make_sandbox(options, workroot, stream)
-        shared = flag_shared_files(submissions)
+        sandbox = make_sandbox(options, stream)
+        os.makedirs(options.out, exist_ok=True)
+        regular = [s for s in submissions if _not_regular(s.path) is None]
+        shared = flag_shared_files(regular)
         bar = ProgressBar(len(submissions), stream=stream, enabled=options.progress)
         with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
             futures = {pool.submit(_grade_one, slot, submission, chosen, sandbox, workroot, options,
-                                   shared.get(submission.student, [])): submission
+                                   shared.get(submission.student, []), running): submission
                        for slot, submission in enumerate(submissions)}
             try:
                 for future in as_completed(futures):
@@ -122,17 +156,64 @@ def grade_batch(arguments, options, stream=None):
                     done.append(report)
                     bar.advance(report["student"], f"{report['score']:g}/{report['max_score']:g}",
                                 problem=bool(report["problems"]))
-            except BaseException:
-                # On Ctrl-C: start nothing new, let the running submissions finish, keep what is done.
+            except BaseException as error:
+                # Ctrl-C: start nothing new, let the running submissions finish, keep what is done.
+                # SIGTERM: the same, but the running submissions are stopped now.
                 for future in futures:
                     future.cancel()
+                if isinstance(error, Terminated):
+                    running.stop_all()
                 raise
     finally:
-        ids = [exercise.id for exercise in chosen]
-        reports.write_gradebook(options.out, done, ids)
-        reports.write_item_analysis(options.out, done, ids)
+        if sandbox is not None:
+            ids = [exercise.id for exercise in chosen]
+            reports.write_gradebook(options.out, done, ids)
+            reports.write_item_analysis(options.out, done, ids)
+            sandbox.cgroups.remove()
         shutil.rmtree(workroot, ignore_errors=True)
+        _restore_sigterm(previous)
     return sorted(done, key=lambda report: report["student"])
+
+
+def _on_sigterm():
+    """Make SIGTERM raise ``Terminated`` in the main thread, so every ``finally`` runs."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def terminate(signum, frame):
+        raise Terminated()
+    return signal.signal(signal.SIGTERM, terminate)
+
+
+def _restore_sigterm(previous):
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class _Running:
+    """The workers in progress, so SIGTERM can stop them all."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._stops = {}
+        self.stopping = False
+
+    def add(self, key, stop):
+        with self._lock:
+            self._stops[key] = stop
+            if self.stopping:
+                stop()
+
+    def remove(self, key):
+        with self._lock:
+            self._stops.pop(key, None)
+
+    def stop_all(self):
+        with self._lock:
+            self.stopping = True
+            stops = list(self._stops.values())
+        for stop in stops:
+            stop()
 
 
 def _report_of(future, submission, chosen, sandbox):
@@ -155,9 +236,11 @@ def _error_report(submission, chosen, sandbox, problem, digest=""):
 
 
 def _report(submission, digest, grades, problems, execution, sandbox, seconds, status):
+    if not sandbox.cgroups.enabled:
+        problems = [f"LIMITS NOT ENFORCED BY THE KERNEL: {sandbox.cgroups.problem}", *problems]
     if not sandbox.enabled:
         problems = [UNSANDBOXED_WARNING, *problems]
-    return {
+    return scoring.clean({
         "student": submission.student,
         "submission": submission.display,
         "sha256": digest,
@@ -170,11 +253,25 @@ def _report(submission, digest, grades, problems, execution, sandbox, seconds, s
         "kernels_started": execution["kernels"] if execution else 0,
         "execution_time": round(seconds, 2),
         "sandbox": sandbox.describe(),
-    }
+    })
 
 
-def _grade_one(slot, submission, chosen, sandbox, workroot, options, flags):
+def _not_regular(path):
+    """Why ``path`` cannot be a submission (a device, a FIFO, a folder), or None for a regular file."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as error:
+        return f"it could not be read ({type(error).__name__})"
+    if stat.S_ISREG(mode):
+        return None
+    return "it is not a regular file (a device, a FIFO or a socket, or a link to one); it was not read"
+
+
+def _grade_one(slot, submission, chosen, sandbox, workroot, options, flags, running):
     started = time.monotonic()
+    refused = _not_regular(submission.path)
+    if refused:
+        return _error_report(submission, chosen, sandbox, f"{submission.display}: {refused}")
     digest = sha256(submission.path)
     notebook, problem = read_notebook(submission.path)
     problems, outcome = list(flags), None
@@ -182,7 +279,7 @@ def _grade_one(slot, submission, chosen, sandbox, workroot, options, flags):
         problems.append(problem)
     else:
         try:
-            outcome = _execute(slot, submission, code_cells(notebook), chosen, sandbox, workroot, options)
+            outcome = _execute(slot, submission, code_cells(notebook), chosen, sandbox, workroot, options, running)
         except Exception as error:  # one broken submission never stops the batch
             problems.append(f"grading failed: {type(error).__name__}: {error}")
     if outcome is not None:
@@ -203,68 +300,96 @@ def _grade(exercise, outcome, why):
     return grade if grade is not None else scoring.error_grade(exercise, "no grade came back")
 
 
-def _execute(slot, submission, cells, chosen, sandbox, workroot, options):
+def _execute(slot, submission, cells, chosen, sandbox, workroot, options, running):
     """Run the worker for one submission; its execution and grades as a dict."""
     folder = os.path.join(workroot, str(slot))
-    home = os.path.join(folder, "work")
-    os.makedirs(home)
-    shutil.copyfile(submission.path, os.path.join(home, "submission.ipynb"))
+    os.makedirs(folder)
+    os.chmod(folder, 0o711)
+    copy = os.path.join(folder, "submission.ipynb")   # the grader's own copy: read-only in the sandbox
+    shutil.copyfile(submission.path, copy)
+    os.chmod(copy, 0o644)
     job = {
-        "cells": cells, "home": home, "spec_folder": os.path.join(folder, "kernels"),
+        "cells": cells, "folder": folder, "submission": copy, "slot": slot,
         "result_path": os.path.join(folder, "result.json"),
         "pgid_log": os.path.join(folder, "kernels.pgid"),
-        "sandbox": {"memory_mb": sandbox.memory_mb, "file_mb": sandbox.file_mb, "python": sandbox.python,
-                    "package_root": sandbox.package_root, "read_only": list(sandbox.read_only),
-                    "enabled": sandbox.enabled},
-        "plan": [{"id": e.id, "answer_name": e.answer_name, "seeds": _seeds(e),
-                  "hidden_seeds": list(e.hidden_seeds)} for e in chosen],
+        "sandbox": sandbox.to_json(),
+        "plan": [{"id": e.id, "answer_name": e.answer_name, "public_seeds": list(e.public_seeds),
+                  "hidden_seeds": list(e.hidden_seeds), "gradcheck": bool(e.gradcheck)} for e in chosen],
         "cell_timeout": options.cell_timeout, "check_timeout": min(options.check_timeout, options.cell_timeout),
         "output_limit": options.output_limit,
     }
+    group = None
+    if sandbox.cgroups.enabled and sandbox.cgroups.kind != "systemd-run":
+        group = sandbox.cgroups.group(f"slot{slot}", memory_mb=sandbox.memory_mb + JUDGE_MEMORY_MB,
+                                      tasks=sandbox.max_processes + WORKER_TASKS, leaf=False)
+        job["cgroup"] = [list(item) for item in group.dirs]
     job_path = os.path.join(folder, "job.json")
     with open(job_path, "w") as file:
         json.dump(job, file)
-    return _run_worker(job, job_path, options.submission_timeout, sandbox.memory_mb + JUDGE_MEMORY_MB)
+    try:
+        return _run_worker(job, job_path, options.submission_timeout, sandbox.memory_mb + JUDGE_MEMORY_MB,
+                           group, running)
+    finally:
+        if group is not None:
+            group.remove()
 
 
-def _seeds(exercise):
-    return [*exercise.public_seeds, *exercise.hidden_seeds]
-
-
-def _run_worker(job, job_path, timeout, memory_mb):
+def _run_worker(job, job_path, timeout, memory_mb, group, running):
     log_path = os.path.join(os.path.dirname(job_path), "worker.log")
+    argv = [sys.executable, "-m", "autograd_lab.grading.worker", job_path]
+    if group is not None:
+        argv = _leaf(group).wrap(argv)
     with open(log_path, "w") as log:
-        worker = subprocess.Popen([sys.executable, "-m", "autograd_lab.grading.worker", job_path],
-                                  stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
-        watchdog = Watchdog(worker.pid, memory_mb, max_processes=4096)
+        worker = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+
+        def stop():
+            _kill_leftovers(worker.pid, job["pgid_log"], group)
+        running.add(worker.pid, stop)
+        # Where no cgroup limits the worker, a watchdog polls its tree (see watchdog.py).
+        watchdog = Watchdog(worker.pid, memory_mb, max_processes=4096) if group is None else None
         try:
-            with watchdog:
-                worker.wait(timeout=timeout)
+            if watchdog:
+                watchdog.__enter__()
+            worker.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"grading this submission took over {timeout:g} s and was stopped") from None
         finally:
-            _kill_leftovers(worker.pid, job["pgid_log"])
+            if watchdog:
+                watchdog.__exit__(None, None, None)
+            stop()
             worker.wait()
-    if watchdog.reason:
+            running.remove(worker.pid)
+    if running.stopping:
+        raise RuntimeError("the grader was stopped (SIGTERM) while this submission was graded")
+    if watchdog and watchdog.reason:
         raise RuntimeError(f"grading this submission was stopped because {watchdog.reason}")
     try:
         with open(job["result_path"]) as file:
             return json.load(file)
     except (OSError, ValueError):
+        if group is not None and group.events().oom_kills:
+            raise RuntimeError(f"grading this submission was stopped because judging it needed more than "
+                               f"{memory_mb} MiB of memory") from None
         with open(log_path, errors="replace") as file:
             lines = file.read().strip().splitlines()
         raise RuntimeError(lines[-1][:500] if lines else f"the worker exited with status {worker.returncode}")
 
 
-def _kill_leftovers(worker_pid, pgid_log):
+def _leaf(group):
+    """The worker's own leaf below its submission's group (cgroup v2 keeps processes in leaves only)."""
+    return Group.create(dict(group.dirs), "worker")
+
+
+def _kill_leftovers(worker_pid, pgid_log, group=None):
+    if group is not None:
+        group.kill()   # everything the submission started, wherever it went
     kill_tree(worker_pid)
     groups = {worker_pid}
     if os.path.exists(pgid_log):
         with open(pgid_log) as file:
             groups |= {int(line) for line in file if line.strip().isdigit()}
-    for group in groups:
+    for number in groups:
         try:
-            os.killpg(group, signal.SIGKILL)
+            os.killpg(number, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-

@@ -9,8 +9,14 @@ credit for everything else.  At most ``max_kernels`` kernels are started.
 
 Answers are found by name, never by position, in the kernel's namespace: after
 each cell, the kernel keeps a snapshot of every answer name whose object changed
-(``harvest.snapshot``), exactly what a top-to-bottom run would have then, and after the last cell the grader asks for the records
-of every exercise (``harvest.emit``), one request per exercise.
+(``harvest.snapshot``), exactly what a top-to-bottom run would have then, and
+after the last cell the grader asks for the records of every exercise
+(``harvest.emit``), one request per exercise and phase: first every exercise on
+its public cases, then every exercise on its hidden cases.  So no text the
+kernel sends while the hidden inputs are inside it can reach the student's
+feedback (hidden cases are reported as counts and tags only), and an answer
+cannot stash one exercise's hidden inputs and show them in another's public
+feedback.  Inputs travel inside the request (``write_inputs``), never as files.
 """
 
 import ast
@@ -26,10 +32,13 @@ _HARVEST_STARTUP = 60   # seconds for the kernel to import the checker before th
 _PRELOAD = "import torch, autograd_lab.checking as _e; _e.all_exercises(); del _e"
 
 
+PHASES = ("public", "hidden")
+
+
 @dataclass
 class Execution:
     cells: list = field(default_factory=list)      # one dict per code cell, in notebook order
-    records: dict = field(default_factory=dict)    # exercise id -> base64 payload
+    records: dict = field(default_factory=dict)    # exercise id -> {phase: base64 payload}
     failures: dict = field(default_factory=dict)   # exercise id -> why no records came back
     events: list = field(default_factory=list)     # what the sandbox had to do, for the report
     kernels: int = 0
@@ -70,10 +79,11 @@ def execute_submission(cells, plan, open_kernel, cell_timeout, check_timeout, ma
                        write_inputs=None):
     """Run the code ``cells`` (``code_cells(notebook)``) and return an ``Execution``.
 
-    ``plan``: dicts with ``id``, ``answer_name`` and ``seeds`` per exercise.
+    ``plan``: dicts with ``id``, ``answer_name``, ``public_seeds`` and ``hidden_seeds`` per exercise.
     ``open_kernel()``: a context manager yielding a fresh ``SandboxedKernel``.
-    ``write_inputs(exercise_id)``: writes the exercise's inputs where the kernel can
-    read them and returns that path (None: the kernel makes them itself).
+    ``write_inputs(exercise_id, seeds)``: the exercise's inputs for those cases as
+    text for the request (``None`` for a value exercise, or no ``write_inputs``:
+    the kernel makes them itself).
     """
     execution = Execution()
     answer_names = {item["answer_name"] for item in plan}
@@ -135,27 +145,33 @@ def _run_cells(kernel, cells, skipped, answer_names, timeout, execution):
 
 
 def _harvest(kernel, plan, check_timeout, execution, write_inputs=None):
-    """Ask for each exercise's records; False when an answer took the kernel down (re-run needed)."""
-    for item in plan:
-        if item["id"] in execution.records or item["id"] in execution.failures:
-            continue
-        try:
-            inputs = write_inputs(item["id"]) if write_inputs else None
-        except Exception as error:  # an input made by code that only the grader has
-            execution.failures[item["id"]] = (f"its inputs cannot be sent into the sandbox "
-                                              f"({type(error).__name__}); grade it with --allow-unsandboxed")
-            continue
-        code = (f"{_HARVEST_MODULE}.emit({item['id']!r}, {list(item['seeds'])!r}, {check_timeout!r}, "
-                f"{inputs!r}, {list(item.get('hidden_seeds', ()))!r})")
-        budget = _HARVEST_STARTUP + check_timeout * len(item["seeds"])
-        run = kernel.run(code, budget, store_history=False)
-        if run.status in FATAL:
-            execution.failures[item["id"]] = ("calling the answer killed the kernel" if run.status == "dead"
-                                              else "calling the answer hung the kernel")
-            return False
-        payload = run.displays.get(MIME)
-        if payload is None:
-            execution.failures[item["id"]] = f"the kernel returned no records ({run.error or run.status})"
-        else:
-            execution.records[item["id"]] = payload
+    """Ask for each exercise's records, public cases first; False when an answer took the kernel down."""
+    for phase in PHASES:
+        for item in plan:
+            seeds = list(item[f"{phase}_seeds"])
+            done = execution.records.get(item["id"], {})
+            if not seeds or phase in done or item["id"] in execution.failures:
+                continue
+            try:
+                inputs = write_inputs(item["id"], seeds) if write_inputs else None
+            except Exception as error:  # an input the grader cannot rebuild in the kernel: its fault, said so
+                execution.failures[item["id"]] = (f"its inputs cannot be rebuilt in the sandbox ({type(error).__name__}: "
+                                                  f"{str(error)[:200]}); this is a fault of the grader, not of the "
+                                                  "submission: report it")
+                continue
+            code = (f"{_HARVEST_MODULE}.emit({item['id']!r}, {seeds!r}, {check_timeout!r}, {inputs!r}, "
+                    f"{list(item['hidden_seeds'])!r})")
+            budget = _HARVEST_STARTUP + check_timeout * len(seeds) * (3 if item.get("gradcheck") else 1)
+            run = kernel.run(code, budget, store_history=False)
+            if run.status in FATAL:
+                execution.failures[item["id"]] = ("calling the answer killed the kernel" if run.status == "dead"
+                                                  else "calling the answer hung the kernel")
+                if run.error:
+                    execution.failures[item["id"]] += f" ({run.error})"
+                return False
+            payload = run.displays.get(MIME)
+            if payload is None:
+                execution.failures[item["id"]] = f"the kernel returned no records ({run.error or run.status})"
+            else:
+                execution.records.setdefault(item["id"], {})[phase] = payload
     return True

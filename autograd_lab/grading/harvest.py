@@ -1,10 +1,18 @@
 """The grader's code inside the student's kernel (students never call this).
 
 After the notebook has run, the grader asks the kernel, one exercise at a time,
-to ``emit`` the records of the student's answer on the seeds it chooses (public
-and hidden).  The records travel back as display data of a MIME type of our own,
-answering the grader's own execute request: what the notebook printed, and what
-its own ``check`` calls said, are never read.
+to ``emit`` the records of the student's answer on the cases it chooses.  The
+inputs come inside the request itself (base64 of ``portable`` bytes): nothing is
+written to or read from a file the student could have replaced.  The kernel
+rebuilds them (graphs replayed, functions from source), sends back a
+fingerprint of what it rebuilt so the grader can check they arrived intact, and
+the records, as display data of a MIME type of our own, answering the grader's
+own execute request: what the notebook printed, and what its own ``check``
+calls said, are never read.
+
+Each call of the answer has ``timeout`` seconds of this process's CPU time
+(``ITIMER_PROF``), not of the wall clock, so a busy machine does not make an
+honest answer time out.
 
 Everything here runs next to student code, so nothing here is trusted: the
 grader deserialises the bytes with ``torch.load(weights_only=True)`` and judges
@@ -15,7 +23,10 @@ with this module can only change what their own answers appear to return.
 import base64
 import copy
 import io
-import os
+import pickle
+import signal
+import threading
+from collections.abc import Mapping
 
 MIME = "application/vnd.autograd-lab.records+base64"
 _MISSING = object()
@@ -59,54 +70,123 @@ def _answer(exercise):
     return answer
 
 
-def _load_inputs(path):
-    """The grader's ``{seed: args}`` (``.grad`` carried beside, as torch.save drops it)."""
-    import torch
+class Inputs(Mapping):
+    """``{seed: args}`` rebuilt fresh from the grader's bytes on every lookup (an answer may change its arguments)."""
 
-    from autograd_lab.checking.observe import flat_tensors
+    def __init__(self, packed):
+        self.packed = packed          # seed -> portable bytes of {"args", "grads"}
 
-    saved = torch.load(path, weights_only=False)   # written by the grader, read once, then deleted
-    os.remove(path)
-    inputs = {}
-    for seed, entry in saved.items():
+    def __getitem__(self, seed):
+        from autograd_lab.checking.observe import flat_tensors
+
+        from . import portable
+
+        entry = portable.unpack(self.packed[int(seed)])
         for tensor, grad in zip(flat_tensors(entry["args"]), entry["grads"]):
             if grad is not None:
                 tensor.grad = grad
-        inputs[int(seed)] = entry["args"]
-    return inputs
+        return entry["args"]
+
+    def __iter__(self):
+        return iter(self.packed)
+
+    def __len__(self):
+        return len(self.packed)
 
 
-def emit(exercise_id, seeds, timeout, inputs_path=None, hidden_seeds=()):
-    """Display the saved records ``{seed: observe(...)}`` of the student's answer.
+def emit(exercise_id, seeds, timeout, inputs=None, hidden_seeds=()):
+    """Display the saved ``{"records": {seed: observe(...)}, "fingerprints": {seed: ...}}``.
 
     The kernel imports a student build: it knows the exercise's public data but
-    no reference and no hidden seed.  The grader makes every input in its own
-    process and hands them over in ``inputs_path`` just before this call.
+    no reference and no hidden seed.  ``inputs`` (base64) holds every input of
+    ``seeds``, made by the grader; ``None`` for a value exercise.
     """
     import torch
     from IPython.display import publish_display_data
 
+    from autograd_lab.checking import get
     from autograd_lab.checking.public import with_inputs
-    from autograd_lab.checking import get, observe
+
+    from . import portable
 
     exercise = get(exercise_id)
-    if inputs_path is not None:
-        exercise = with_inputs(exercise, _load_inputs(inputs_path), hidden_seeds)
+    fingerprints = {}
+    if inputs is not None:
+        rebuilt = Inputs(pickle.loads(base64.b64decode(inputs)))   # the grader's own bytes
+        fingerprints = {int(seed): portable.fingerprint(rebuilt[seed]) for seed in rebuilt}
+        exercise = with_inputs(exercise, rebuilt, hidden_seeds)
     answer = _answer(exercise)
     records, last = {}, None
     for seed in seeds:
         if last is not None and last["status"] == "timed out":
-            last = dict(last, seed=int(seed))  # one endless loop is enough to wait for
+            last = dict(last, seed=int(seed), hidden=exercise.is_hidden(seed))   # one endless loop is enough
         else:
-            last = observe(exercise, answer, seed, timeout=timeout)
-            # A verdict is the grader's to make: send what gradcheck measures, not what it concluded.
-            last.pop("gradcheck", None)
-            if exercise.gradcheck and last["status"] == "ok":
-                last["jacobians"] = jacobians(exercise, answer, seed, timeout)
+            last = _observe(exercise, answer, seed, timeout)
         records[int(seed)] = last
     buffer = io.BytesIO()
-    torch.save(records, buffer)
+    torch.save({"records": records, "fingerprints": fingerprints}, buffer)
     publish_display_data({MIME: base64.b64encode(buffer.getvalue()).decode("ascii")})
+
+
+def _observe(exercise, answer, seed, timeout):
+    from autograd_lab.checking import observe
+    from autograd_lab.checking.hermetic import TimedOut
+
+    try:
+        with cpu_deadline(timeout) as timer:
+            record = observe(exercise, answer, seed)
+            timer.stop()
+    except TimedOut:   # out of time outside the answer's own call: the same verdict
+        record = observe(exercise, _out_of_time, seed)
+    # A verdict is the grader's to make: send what gradcheck measures, not what it concluded.
+    record.pop("gradcheck", None)
+    if exercise.gradcheck and record["status"] == "ok":
+        record["jacobians"] = jacobians(exercise, answer, seed, timeout)
+    return record
+
+
+def _out_of_time(*args, **kwargs):
+    from autograd_lab.checking.hermetic import TimedOut
+    raise TimedOut()
+
+
+class cpu_deadline:
+    """Raise ``TimedOut`` in the running code after ``seconds`` of this process's CPU time.
+
+    Like ``hermetic.deadline``, but on ``ITIMER_PROF``, which counts CPU time, so
+    the verdict does not depend on what else runs on the machine.  It re-fires
+    every 50 ms of CPU time until the code stops, which defeats a bare
+    ``except:`` in a loop.
+    """
+
+    _REFIRE = 0.05
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+        self.supported = seconds is not None and threading.current_thread() is threading.main_thread()
+        self._active = False
+
+    def _fire(self, signum, frame):
+        if self._active:
+            from autograd_lab.checking.hermetic import TimedOut
+            raise TimedOut()
+
+    def stop(self):
+        self._active = False
+
+    def __enter__(self):
+        if self.supported:
+            self._previous = signal.signal(signal.SIGPROF, self._fire)
+            self._active = True
+            signal.setitimer(signal.ITIMER_PROF, max(self.seconds, 0.001), self._REFIRE)
+        return self
+
+    def __exit__(self, *exc_info):
+        self._active = False
+        if self.supported:
+            signal.setitimer(signal.ITIMER_PROF, 0)
+            signal.signal(signal.SIGPROF, self._previous)
+        return False
 
 
 def jacobians(exercise, answer, seed, timeout, eps=1e-6):
@@ -117,7 +197,7 @@ def jacobians(exercise, answer, seed, timeout, eps=1e-6):
     """
     import torch
 
-    from autograd_lab.checking.hermetic import TimedOut, deadline, isolated
+    from autograd_lab.checking.hermetic import TimedOut, isolated
     from autograd_lab.checking.observe import as_callable
 
     function = as_callable(answer)
@@ -129,7 +209,7 @@ def jacobians(exercise, answer, seed, timeout, eps=1e-6):
         return (out[0] if isinstance(out, (tuple, list)) else out).reshape(-1)
 
     try:
-        with isolated(seed), deadline(timeout) as timer:
+        with isolated(seed), cpu_deadline(timeout) as timer:
             analytical, numerical = [], []
             output = first_output(*args)
             for index, arg in enumerate(args):

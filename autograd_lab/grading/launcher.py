@@ -1,33 +1,39 @@
-"""Start the student's kernel inside the grader's per-process limits.
+"""Start the student's kernel inside the sandbox, with its per-process limits and without privileges.
 
-The kernelspec runs ``python -m autograd_lab.grading.launcher [limits] -- <kernel
-argv>`` inside the bubblewrap sandbox (``sandbox.py``).  This process applies
-the limits to itself and then ``exec``s the kernel, which inherits them and
-cannot raise them again:
+The kernelspec runs ``python -I -S .../autograd_lab/grading/launcher.py [options] --
+<kernel argv>`` inside the sandbox (``sandbox.py``).  It is run by file path with
+``-I -S`` and imports only the standard library, so nothing in the work folder
+or on ``PYTHONPATH`` can stand in for it.  This process:
 
-* ``RLIMIT_FSIZE``: the largest file the kernel may write;
-* ``RLIMIT_NPROC``: processes of the kernel's user, against fork bombs.  It
-  counts every process of the user the sandbox maps to (the grader's own user
-  outside), so it is set to what that user runs now plus ``--nproc``;
-* ``RLIMIT_CORE`` 0: no core dumps.
+* copies the grader's read-only copy of the notebook into the work folder
+  (``--copy``), the kernel's current folder;
+* switches to an unprivileged uid (``--uid``) when the grader is root, so the
+  kernel never has root's access to files;
+* sets ``RLIMIT_FSIZE`` (the largest file), ``RLIMIT_CORE`` 0, and, only where
+  no cgroup limits the sandbox's tasks, ``RLIMIT_NPROC`` (``--nproc``);
+* then ``exec``s the kernel, which inherits the limits and cannot raise them.
 
 There is deliberately no ``RLIMIT_AS``: CUDA builds of torch map far more
 address space than they use and cannot even be imported under it.  Memory is
-limited on resident memory of the whole sandbox, by the grader's watchdog.
+limited for the whole sandbox by its cgroup (``limits.py``).
 """
 
 import argparse
 import os
 import resource
+import shutil
 import sys
 
 MIB = 1 << 20
 
 
 def _parse(argv):
-    parser = argparse.ArgumentParser(prog="autograd_lab.grading.launcher")
+    parser = argparse.ArgumentParser(prog="autograd_lab/grading/launcher.py")
     parser.add_argument("--file-mb", type=int, required=True)
-    parser.add_argument("--nproc", type=int, default=256)
+    parser.add_argument("--nproc", type=int, default=0, help="RLIMIT_NPROC above what the uid runs now; 0: none")
+    parser.add_argument("--uid", type=int, default=None, help="become this uid (and gid) first")
+    parser.add_argument("--work", default=None, help="the kernel's working folder (made if missing)")
+    parser.add_argument("--copy", default=None, help="a file to copy into the work folder")
     parser.add_argument("kernel", nargs=argparse.REMAINDER, help="-- then the kernel's argv")
     args = parser.parse_args(argv)
     if args.kernel[:1] == ["--"]:
@@ -55,14 +61,30 @@ def processes_of_this_user():
     return count
 
 
+def drop_privileges(uid):
+    """Become ``uid`` (and gid ``uid``, no supplementary groups): every capability goes with root."""
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    if os.geteuid() == 0 or os.getuid() == 0:
+        raise SystemExit("autograd-lab launcher: could not drop root privileges")
+
+
 def main(argv=None):
     args = _parse(sys.argv[1:] if argv is None else argv)
+    if args.uid is not None:
+        drop_privileges(args.uid)
+    if args.work:
+        os.makedirs(args.work, exist_ok=True)
+        os.chdir(args.work)
+        if args.copy:
+            shutil.copyfile(args.copy, os.path.join(args.work, "submission.ipynb"))
     _limit(resource.RLIMIT_FSIZE, args.file_mb * MIB)
     _limit(resource.RLIMIT_CORE, 0)
-    # Inside the sandbox /proc shows only this PID namespace; the kernel counts the user's
-    # processes everywhere, so leave room for those we cannot see (the grader's watchdog
-    # counts the sandbox's own processes exactly).
-    _limit(resource.RLIMIT_NPROC, processes_of_this_user() + args.nproc)
+    if args.nproc:
+        # /proc may show only this PID namespace while the kernel counts the uid everywhere:
+        # leave room for the processes we cannot see.
+        _limit(resource.RLIMIT_NPROC, processes_of_this_user() + args.nproc)
     # ipykernel exits when its parent looks gone (parent pid 1), which is what every
     # process in a fresh PID namespace sees; bwrap's --die-with-parent does that job.
     os.environ.pop("JPY_PARENT_PID", None)

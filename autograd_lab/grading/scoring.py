@@ -9,6 +9,14 @@ against the shape of the reference's records (the same keys, list lengths and
 kinds), stripped of every verdict the kernel may not give (``gradcheck``), and
 judged by ``judge`` against the reference's records computed here.  Anything
 unexpected, of any exception type, becomes an ``error`` grade for that exercise.
+
+Every text in the records is made valid UTF-8 without control codes (a forged
+lone surrogate must not crash a report writer), and a hidden case keeps no text
+of the student's at all (an answer could put its hidden inputs in an error
+message).  The kernel also sends a fingerprint of the inputs it rebuilt; one
+that differs from the grader's (``portable.same``) makes the exercise an
+``error`` that says the inputs did not arrive intact: no grade is ever given on
+inputs other than those meant.
 """
 
 import base64
@@ -22,30 +30,57 @@ import torch
 from autograd_lab import checking
 from autograd_lab.checking.records import KIND, MAX_WARNINGS, TooLarge, check_bounded
 
+from . import portable
+from .kernel import safe_text
+
 MAX_PAYLOAD_CHARS = 16 << 20
 MAX_ENTRIES = 10_000
 OBSERVED_STATUSES = ("ok", "not attempted", "error", "timed out")
 RECORD_KEYS = {"exercise", "seed", "hidden", "status", "error", "output", "inputs", "warnings",
-               "grad_mode_after", "args_after", "input_grads", "grad_error", "facts", "jacobians"}
+               "grad_mode_after", "args_after", "input_grads", "grad_error", "facts", "jacobians", "touched"}
 # Lists whose length is fixed by the exercise's inputs: a shorter one would compare nothing.
 SAME_LENGTH = ("inputs", "args_after", "input_grads")
 _INT_OPCODES = {"INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4"}
 GRADCHECK_TOLERANCE = {"atol": 1e-5, "rtol": 1e-3}   # torch.autograd.gradcheck's defaults
 
 
-def grade_from_payload(exercise, payload, seeds):
-    """The grade dict of ``exercise`` from the base64 records ``payload`` sent by the kernel."""
+def grade_from_payload(exercise, payload, seeds, meant=None):
+    """The grade dict of ``exercise`` from one base64 ``payload`` holding the records of every seed."""
+    return grade_from_payloads(exercise, {"all": payload}, seeds, meant)
+
+
+def grade_from_payloads(exercise, payloads, seeds, meant=None):
+    """The grade of ``exercise`` from the kernel's payloads (``{phase: base64}``) covering ``seeds``.
+
+    ``meant``: ``{seed: portable.fingerprint(inputs)}`` made by the grader; the
+    kernel's fingerprints must match them.
+    """
     try:
-        records = _decode(payload, seeds)
+        records, arrived = {}, {}
+        for payload in payloads.values():
+            got, prints = _decode(payload)
+            if set(got) & set(records):
+                raise ValueError("a seed came back twice")
+            records.update(got)
+            arrived.update(prints)
+        _check_seeds(records, seeds)
         reference = checking.reference_records(exercise, seeds)
         for seed in seeds:
             _check_shape(records[seed], reference[seed])
+            if exercise.is_hidden(seed):
+                _keep_no_student_text(records[seed])
             if exercise.gradcheck:
                 records[seed]["gradcheck"] = gradcheck_verdict(records[seed].pop("jacobians", None))
     except ValueError as error:
-        return error_grade(exercise, f"the records sent back by the kernel were unusable: {error}")
+        return error_grade(exercise, f"the records sent back by the kernel were unusable: {safe_text(error)}")
+    for seed, fingerprint in sorted((meant or {}).items()):
+        where = portable.same(fingerprint, arrived.get(seed))
+        if where is not None:
+            return error_grade(exercise, f"the inputs of case {'hidden' if exercise.is_hidden(seed) else seed} did "
+                                         f"not arrive intact in the sandbox ({where.split('.')[0][:60]} differs); "
+                                         "this is a fault of the grader, not of the submission: report it")
     try:
-        return checking.judge(exercise, records, reference).to_dict()
+        return clean(checking.judge(exercise, records, reference).to_dict())
     except Exception as error:  # records of a shape the judge did not foresee: this exercise only
         return error_grade(exercise, f"the records sent back by the kernel were malformed "
                                      f"({type(error).__name__})")
@@ -76,7 +111,8 @@ def gradcheck_verdict(jacobians):
     return {"passed": True, "message": ""}
 
 
-def _decode(payload, seeds):
+def _decode(payload):
+    """``(records by seed, fingerprints by seed)`` from one payload, loaded as plain data only."""
     if not isinstance(payload, str) or len(payload) > MAX_PAYLOAD_CHARS:
         raise ValueError("missing or larger than the limit")
     try:
@@ -85,14 +121,25 @@ def _decode(payload, seeds):
         raise ValueError("not base64") from None
     _check_archive(raw)
     try:
-        records = torch.load(io.BytesIO(raw), weights_only=True)
+        loaded = torch.load(io.BytesIO(raw), weights_only=True)
     except Exception as error:  # weights_only refuses anything that is not plain data
         raise ValueError(f"refused to load ({type(error).__name__})") from None
     try:
-        check_bounded(records)
+        check_bounded(loaded)
     except TooLarge as error:
         raise ValueError(f"too large ({error})") from None
-    if not isinstance(records, dict) or sorted(records, key=repr) != sorted(seeds, key=repr):
+    loaded = clean(loaded)
+    if isinstance(loaded, dict) and set(loaded) == {"records", "fingerprints"}:
+        records, prints = loaded["records"], loaded["fingerprints"]
+    else:
+        records, prints = loaded, {}
+    if not isinstance(records, dict) or not isinstance(prints, dict):
+        raise ValueError("not records by seed")
+    return records, prints
+
+
+def _check_seeds(records, seeds):
+    if sorted(records, key=repr) != sorted(seeds, key=repr):
         raise ValueError("not one record per requested seed")
     for seed, record in records.items():
         if not isinstance(record, dict) or type(record.get("seed")) is not int or record["seed"] != seed:
@@ -100,7 +147,27 @@ def _decode(payload, seeds):
         if record.get("status") not in OBSERVED_STATUSES:
             # Only observe() writes a status; "passed" is a verdict the kernel may not claim.
             raise ValueError(f"a record has the status {str(record.get('status'))[:40]!r}")
-    return records
+
+
+def clean(value):
+    """Every text inside ``value`` (keys too) as valid UTF-8 without control codes; containers copied."""
+    if isinstance(value, str):
+        return safe_text(value)
+    if isinstance(value, dict):
+        return {clean(k): clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clean(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(clean(v) for v in value)
+    return value
+
+
+def _keep_no_student_text(record):
+    """A hidden case keeps the exception's type, never its message, its warnings or stderr."""
+    for key in ("error", "grad_error"):
+        if isinstance(record.get(key), str):
+            record[key] = record[key].split(":", 1)[0][:80]
+    record["warnings"] = []
 
 
 def _check_archive(raw):
@@ -143,7 +210,7 @@ def _declared_elements(pickle_bytes):
 
 def _check_shape(student, reference):
     """The student's record has the reference's layout: known keys, same list lengths, same kinds."""
-    unknown = set(student) - RECORD_KEYS
+    unknown = set(student) - RECORD_KEYS - set(reference)
     if unknown:
         raise ValueError(f"unexpected fields {sorted(map(str, unknown))[:5]}")
     warnings = student.get("warnings", [])

@@ -1,12 +1,15 @@
-"""A limit on a whole process tree: resident memory and process count, read from ``/proc``.
+"""The fallback where the host gives no cgroup: a process tree's memory, size and CPU time, read from ``/proc``.
 
-``Watchdog(pid, memory_mb, max_processes)`` polls the tree under ``pid`` (the
-sandbox's ``bwrap``) a few times a second and SIGKILLs all of it when the sum of
-resident memory or the number of processes goes over the limit.  A submission
-that forks four children of 0.6 GB each is over a 2 GB limit together.
-It limits real memory, not address space, so CUDA builds of torch still import.
-Where systemd can give us a cgroup this would be ``MemoryMax``/``TasksMax``;
-in containers it usually cannot, and this works everywhere ``/proc`` does.
+Where ``limits.py`` can make cgroups, the kernel enforces the limits and this
+module only serves to find and kill a process tree.  Elsewhere (a container
+without cgroups, a host that delegates none) ``Watchdog(pid, memory_mb,
+max_processes)`` polls the tree under ``pid`` (the sandbox's ``bwrap``) a few
+times a second and SIGKILLs all of it when the sum of resident memory or the
+number of processes goes over the limit.  That is a race against the clock,
+which is why every report then says the limits are not enforced by the kernel:
+tmpfs pages are not counted, threads are not counted, and a fast fork bomb can
+outrun one scan.  It limits real memory, not address space, so CUDA builds of
+torch still import.
 """
 
 import os
@@ -30,7 +33,8 @@ def _children():
             continue
         # The command name may hold spaces and parentheses: fields start after the last ')'.
         fields = stat[stat.rfind(b")") + 2:].split()
-        children.setdefault(int(fields[1]), []).append(int(entry))
+        if fields[0] != b"Z":   # a zombie is dead already: nothing to kill or count
+            children.setdefault(int(fields[1]), []).append(int(entry))
     return children
 
 
@@ -55,12 +59,34 @@ def resident_bytes(pids):
     return total
 
 
-def kill_tree(pid):
-    for member in tree(pid):
+def cpu_seconds(pids):
+    """User and system CPU time of ``pids``, with that of the children each has reaped."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
         try:
-            os.kill(member, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+            with open(f"/proc/{pid}/stat", "rb") as file:
+                stat = file.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        total += sum(int(value) for value in fields[11:15])   # utime, stime, cutime, cstime
+    return total / ticks
+
+
+def kill_tree(pid, spare_root=False):
+    """SIGKILL ``pid`` and everything below it, again until nothing is left (a forking tree grows back)."""
+    for _ in range(50):
+        members = [m for m in tree(pid) if not (spare_root and m == pid)]
+        alive = False
+        for member in members:
+            try:
+                os.kill(member, signal.SIGKILL)
+                alive = True
+            except (ProcessLookupError, PermissionError):
+                pass
+        if not alive:
+            return
 
 
 class Watchdog:
