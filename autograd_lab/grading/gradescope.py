@@ -120,7 +120,7 @@ def build_zip(assignment_path, out_zip):
         _add_text(archive, ASSIGNMENT, yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
         _add_text(archive, "requirements.txt", (REPOSITORY / "requirements" / "autograder.txt").read_text())
         _add_text(archive, KEY, release.release_key().decode() + "\n")
-        for path in ("pyproject.toml", "README.md"):
+        for path in ("pyproject.toml", "README.md", "requirements/course.txt"):
             if (REPOSITORY / path).exists():
                 archive.write(REPOSITORY / path, f"package/{path}")
         # The grader needs the references; they stay in /autograder/source, root-only.

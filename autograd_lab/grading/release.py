@@ -90,6 +90,8 @@ def _write_notebooks(source, target, release_id):
 
 def student_requirements():
     """The lines of requirements/course.txt a student's environment needs (no test tools)."""
+    if not REQUIREMENTS.exists():   # a package copied without its repository: say where the pins live
+        return "# The course's pins are in requirements/course.txt of the autograd-lab repository.\n"
     lines = REQUIREMENTS.read_text().splitlines()
     keep = [line for line in lines if line.split("==")[0].strip().lower().replace("-", "_") in _STUDENT_REQUIREMENTS]
     return "\n".join(keep) + "\n"
