@@ -38,10 +38,10 @@ def measurement(name):
 
 
 def discover():
-    """Import every module of the package, so that each registers its GPU measurements."""
-    import autograd_lab
+    """Import every module of the lab helpers, so that each registers its GPU measurements."""
+    from autograd_lab import labs
 
-    for module in pkgutil.iter_modules(autograd_lab.__path__, "autograd_lab."):
+    for module in pkgutil.iter_modules(labs.__path__, "autograd_lab.labs."):
         if not module.ispkg:
             importlib.import_module(module.name)
     return MEASUREMENTS

@@ -17,6 +17,7 @@ from torch.utils.checkpoint import checkpoint_sequential
 
 from autograd_lab.labs.gpu_records import Table, measurement
 from autograd_lab.labs.memory import saved_tensors
+from autograd_lab.labs.step_memory import predicted_peak, uniform
 from autograd_lab.labs.timing import time_it
 
 
@@ -77,12 +78,53 @@ def activations_kept(saved):
     return sum(1 for tensor in saved.tensors if tensor.nbytes > 0)
 
 
+def backward_ops(loss):
+    """``loss.backward()``, watched: how many times each aten op ran during it (a ``Counter``).
+
+    Ops of the forward pass (``addmm``, ``gelu``, ``tanh``) that show up here were run
+    again by a checkpoint's recomputation; backward's own ops have other names
+    (``mm``, ``gelu_backward``, ``tanh_backward``).
+    """
+    from collections import Counter
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops[func.overloadpacket.__name__] += 1
+            return func(*args, **(kwargs or {}))
+
+    with _Count() as counting:
+        loss.backward()
+    return counting.ops
+
+
+def gpu_record_or_plan(name, plan):
+    """Without a GPU: the newest committed record of ``name`` if there is one, else ``plan``.
+
+    ``plan`` says what a GPU run would measure and why, in words: a GPU figure is only
+    ever shown from a record measured on a GPU.
+    """
+    from autograd_lab.labs import gpu_records
+
+    if gpu_records.latest(name) is None:
+        print("This machine has no CUDA GPU, and no GPU measurement of this cell has been recorded for "
+              f"the course yet. {plan}")
+        return None
+    return gpu_records.show(name)
+
+
 @measurement("checkpoint_peak")
 def checkpoint_peak(device, n_blocks=64, width=1024, batch=8192, repeat=5):
     """GPU peak memory and time of a training step: no checkpoint, sqrt(n) segments, save_on_cpu.
 
-    The prediction, in activation blocks of ``batch x width`` floats: the saved activations
-    (``predicted_saved``) plus three temporaries of the loss's ``pow(2)`` backward.
+    Each peak is compared with ``step_memory.predicted_peak``, the model that
+    tests/test_step_memory.py proves exact against the profiler on the CPU; on a GPU the
+    checkpoints keep their RNG states in CPU memory, so that term is 0 here.
     """
     import math
 
@@ -100,13 +142,16 @@ def checkpoint_peak(device, n_blocks=64, width=1024, batch=8192, repeat=5):
         checkpoint_sequential(model, segments, x, use_reentrant=False).pow(2).mean().backward()
 
     def peak(segments):
-        step(segments)                      # warm-up: the gradients' memory exists before measuring
-        torch.cuda.synchronize(device)
+        # Warm-up: what a first step allocates once and then keeps (library workspaces, such as
+        # cuBLAS's, which PyTorch may take from its caching allocator) is allocated before
+        # `before` is read, so only the step itself is measured.
+        step(segments)
         model.zero_grad(set_to_none=True)
         x.grad = None
+        torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
         before = torch.cuda.memory_allocated(device)
-        checkpoint_sequential(model, segments, x, use_reentrant=False).pow(2).mean().backward()
+        step(segments)
         torch.cuda.synchronize(device)
         return torch.cuda.max_memory_allocated(device) - before
 
@@ -116,30 +161,26 @@ def checkpoint_peak(device, n_blocks=64, width=1024, batch=8192, repeat=5):
         return counter.get_total_flops()
 
     sqrt_s = math.isqrt(n_blocks)
-    rows, facts = [], {}
-    seconds = {}
+    rows, facts, seconds = [], {}, {}
     for label, segments in (("no checkpoint", 1), (f"{sqrt_s} segments", sqrt_s)):
         measured = peak(segments)
-        predicted = predicted_saved(n_blocks, segments) + 3
+        predicted = predicted_peak(uniform(n_blocks, segments), width, batch)
         seconds[segments] = time_it(lambda: step(segments), repeat=repeat, device=device)
-        error = abs(measured / block - predicted) / predicted
-        rows.append([label, measured / 2**20, measured / block, predicted, error, seconds[segments] * 1e3])
+        error = abs(measured / block - predicted.blocks) / predicted.blocks
+        rows.append([label, measured / 2**20, measured / block, predicted.blocks, predicted.where, error,
+                     seconds[segments] * 1e3])
         facts["peak_error_s1" if segments == 1 else "peak_error_sqrt"] = error
+        facts["peak_blocks_s1" if segments == 1 else "peak_blocks_sqrt"] = measured / block
     with torch.autograd.graph.save_on_cpu(pin_memory=True):
         offload = peak(1)
         offload_seconds = time_it(lambda: step(1), repeat=repeat, device=device)
-    rows.append(["save_on_cpu", offload / 2**20, offload / block, "", "", offload_seconds * 1e3])
+    rows.append(["save_on_cpu(pin_memory=True)", offload / 2**20, offload / block, "", "", "", offload_seconds * 1e3])
+    facts["offload_blocks"] = offload / block
     facts["overhead_measured"] = seconds[sqrt_s] / seconds[1] - 1
     facts["overhead_predicted"] = flops(sqrt_s) / flops(1) - 1
-
-    # empty_cache: returns cached, unused blocks to the driver; frees no tensor.
-    scratch = torch.empty(block, dtype=torch.uint8, device=device)
-    del scratch
-    allocated, reserved = torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device)
-    torch.cuda.empty_cache()
-    facts["empty_cache_keeps_allocated"] = torch.cuda.memory_allocated(device) == allocated
-    facts["empty_cache_lowers_reserved"] = torch.cuda.memory_reserved(device) < reserved
-    return Table(columns=["schedule", "peak MiB", "peak blocks", "predicted blocks", "error", "step ms"],
+    return Table(columns=["schedule", "peak MiB", "peak blocks", "predicted blocks", "predicted where", "error",
+                          "step ms"],
                  rows=rows, facts=facts,
                  note=f"{n_blocks} Linear+Tanh blocks, width {width}, batch {batch}; one block = "
-                      f"{block / 2**20:.0f} MiB; step time: median of {repeat}.")
+                      f"{block / 2**20:.0f} MiB; peak above the allocation before the step (after a warm-up "
+                      f"step); step time: median of {repeat}.")
