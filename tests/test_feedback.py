@@ -49,3 +49,21 @@ def test_not_attempted_is_never_the_most_common_misconception():
     item = reports.item_analysis(graded, ["00.cube_grad"])[0]
     assert item["most_common_misconception"] == "doubled" and item["misconceptions"] == {"doubled": 1}
     assert item["not_attempted"] == 3 and item["attempted"] == 1
+
+
+def test_copy_flags_reach_the_instructors_files_only(tmp_path):
+    """A flag names other students (FERPA): in students/*.json and gradebook.csv, never on the page or in results.json."""
+    import json
+
+    flag = "FLAG: identical file (same SHA-256) as victor, alice"
+    report = {"student": "bob", "submission": str(tmp_path / "bob.ipynb"), "sha256": "x", "status": "graded",
+              "score": 1.0, "max_score": 1.0, "exercises": [_grade("00.cube_grad", "passed")],
+              "problems": [flag, "cell 3 raised an error: ValueError"], "cells": [], "execution_time": 1.0}
+    reports.write_student(str(tmp_path), report)
+    reports.write_gradebook(str(tmp_path), [report], ["00.cube_grad"])
+    page = (tmp_path / "feedback" / "bob.html").read_text()
+    results = (tmp_path / "gradescope" / "bob" / "results.json").read_text()
+    assert "victor" not in page and "identical" not in page and "ValueError" in page
+    assert "victor" not in results and "ValueError" in json.loads(results)["output"]
+    assert flag in json.loads((tmp_path / "students" / "bob.json").read_text())["problems"]
+    assert flag in (tmp_path / "gradebook.csv").read_text()

@@ -21,7 +21,11 @@ from autograd_lab.checking.observe import observe
 
 @pytest.fixture(scope="module")
 def build(tmp_path_factory):
-    return Path(release.build(tmp_path_factory.mktemp("release")))
+    previous = os.environ.get(release.KEY_ENV)
+    os.environ[release.KEY_ENV] = str(tmp_path_factory.mktemp("key") / "release.key")
+    release.release_key()   # what `autograd-lab release` makes first
+    yield Path(release.build(tmp_path_factory.mktemp("release")))
+    os.environ.pop(release.KEY_ENV) if previous is None else os.environ.__setitem__(release.KEY_ENV, previous)
 
 
 def _files(root):
@@ -35,6 +39,22 @@ def test_the_release_has_notebooks_and_a_package_without_solutions(build):
     assert sorted(p.name for p in (build / "autograd_lab" / "public").iterdir()) == [
         f"{n:02d}.pt" for n in range(9)]
     assert not [p for p in _files(build) if "solutions" in p.parts or p.suffix == ".pyc"]
+
+
+def test_the_release_says_how_to_set_it_up_and_each_notebook_is_stamped(build):
+    """README and requirements travel with it; each notebook carries a stamp signed with the release key."""
+    readme = (build / "README.md").read_text()
+    assert "pip install -r requirements.txt" in readme and "PYTHONPATH" in readme
+    pins = (build / "requirements.txt").read_text().splitlines()
+    course = (release.REQUIREMENTS).read_text().splitlines()
+    assert pins and set(pins) <= set(course) and any(p.startswith("torch==") for p in pins)
+    assert not any(p.startswith(("pytest", "playwright", "import-linter")) for p in pins)
+    assert not (build / "dist").exists()   # no wheel: the release is a folder (docs say so)
+    import nbformat
+    for path in sorted((build / "notebooks").glob("*.ipynb")):
+        stamp = release.read_stamp(nbformat.read(str(path), as_version=4), release.release_key())
+        ids = sorted(e.id for e in checking.all_exercises() if e.id[:2] == path.name[:2])
+        assert stamp is not None and stamp["notebook"] == path.name[:2] and stamp["exercises"] == ids, path.name
 
 
 def _shared_text():
