@@ -34,7 +34,7 @@ setup: $(STAMP)
 # it starts; pip shows its own progress for the big download (torch, JupyterLab).
 $(STAMP): pyproject.toml requirements/course.txt
 	@echo "[setup 1/6] Python: $$($(PYTHON) --version 2>&1) ($(PYTHON))"
-	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "autograd-lab needs Python 3.10 or newer; set PYTHON=python3.11 (for example) and run make again.")'
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "the course needs Python 3.11 or newer (its pins: numpy 2.4); set PYTHON=python3.11 (for example) and run make again.")'
 	@echo "[setup 2/6] the course's virtual environment: $(VENV)/ (pip upgraded inside it)"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install --quiet --upgrade pip
