@@ -341,13 +341,13 @@ def _image(python310):
         if folder != Path("/"):
             folder.chmod(folder.stat().st_mode | 0o055)
     subprocess.run(["chmod", "-R", "a+rX", str(interpreter)], check=True)
-    (IMAGE / "seccomp.py").write_text(SECCOMP)
+    (IMAGE / "no_namespaces.py").write_text(SECCOMP)   # not seccomp.py: it would import itself
     return interpreter / "bin" / "python3.10"
 
 
 def _in_container(*argv, env, timeout):
     """Run ``argv`` as root under the seccomp filter, with Gradescope's working folder."""
-    return subprocess.run(["/usr/bin/python3", str(IMAGE / "seccomp.py"), *map(str, argv)], env=env,
+    return subprocess.run(["/usr/bin/python3", str(IMAGE / "no_namespaces.py"), *map(str, argv)], env=env,
                           capture_output=True, text=True, timeout=timeout, cwd=env["AUTOGRADER_ROOT"])
 
 
@@ -381,8 +381,9 @@ def test_the_zip_in_a_simulated_gradescope_image(autograder_zip):
                "AUTOGRADER_ROOT": str(root), "AUTOGRADER_VENV": str(IMAGE / "venv"),
                "AUTOGRADER_BASE_PYTHON": str(python310), "AUTOGRADER_PIP_ARGS": "",
                "AUTOGRAD_LAB_CACHE": str(IMAGE / "cache"), "OMP_NUM_THREADS": "1"}
+        assert _in_container("true", env=env, timeout=60).returncode == 0
         namespaces = _in_container("bwrap", "--unshare-all", "--ro-bind", "/", "/", "true", env=env, timeout=60)
-        assert namespaces.returncode != 0, "the seccomp filter must stop bubblewrap, as Docker's profile does"
+        assert namespaces.returncode != 0 and "bwrap:" in namespaces.stderr, namespaces.stderr  # as under Docker
         built = _in_container("bash", root / "source" / "setup.sh", env=env, timeout=3000)
         assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
         venv = IMAGE / "venv" / "bin" / "python"
