@@ -182,7 +182,7 @@ class _Walker:
         self.match_constants(fn, node.id, saved, absent)
         if self.options.show_saved:
             self.saved_nodes(node.id, saved)
-        parent = fn.metadata.get("parent_") if fn.metadata else None
+        parent = fn.metadata.get("parent_")   # anomaly mode's record of the op whose backward made fn
         if parent is not None:
             self.parents[node.id] = parent
         return node
