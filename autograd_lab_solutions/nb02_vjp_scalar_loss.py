@@ -5,7 +5,8 @@ import torch.nn.functional as F
 
 from torch.autograd.functional import jacobian
 
-from autograd_lab.checking import Exercise, Method, Misconception, WrongAnswer, backward_calls, register
+from autograd_lab.checking import (Exercise, Misconception, WrongAnswer, backward_calls, no_autograd, own_function,
+                                    register)
 from autograd_lab_solutions._mutants import mutant
 
 
@@ -168,12 +169,15 @@ def _mlp_backward_by_autograd(X, W1, b1, W2, b2, G_Z):
     return dict(zip(leaves, grads))
 
 
-WITHOUT_AUTOGRAD = Method(
-    name="a backward pass by hand (no autograd)",
-    holds=lambda facts: facts["engine_runs"] == 0,
-    message=("your answer ran autograd (`backward()` or `torch.autograd.grad`); compute every gradient "
-             "with the matrix formulas of the table instead."),
-    tag="used_autograd")
+def _mlp_backward_by_jacfwd(X, W1, b1, W2, b2, G_Z):
+    """The same shortcut in forward mode: jacfwd builds each Jacobian from dual tensors, no backward pass."""
+    def output(W1, b1, W2, b2):
+        return torch.tanh(X @ W1 + b1) @ W2 + b2
+    jacobians = torch.func.jacfwd(output, argnums=(0, 1, 2, 3))(W1, b1, W2, b2)
+    return {name: torch.einsum("nc,nc...->...", G_Z, J) for name, J in zip(("W1", "b1", "W2", "b2"), jacobians)}
+
+
+WITHOUT_AUTOGRAD = no_autograd()   # no backward pass, no forward mode, no torch.func: judged on what ran
 
 
 register(Exercise(
@@ -203,6 +207,7 @@ register(Exercise(
     method=WITHOUT_AUTOGRAD,
     wrong_answers=(
         WrongAnswer(_mlp_backward_by_autograd, expect="used_autograd"),
+        WrongAnswer(_mlp_backward_by_jacfwd, expect="used_autograd", note="forward mode is autograd too"),
         WrongAnswer(_mlp_without_activation_grad, expect="missing_activation_grad"),
         WrongAnswer(_mlp_activation_of_pre, expect="activation_of_preactivation"),
         WrongAnswer(_mlp_bias_mean, expect="bias_mean"),
@@ -232,6 +237,23 @@ def _softplus_inputs(seed, hidden):
     return (_randn(generator, *shape).requires_grad_(),)
 
 
+class _softplus_by_autograd(torch.autograd.Function):
+    """The shortcut of a backward that does not compute the derivative: it asks autograd for it."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return F.softplus(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        with torch.enable_grad():
+            leaf = x.detach().requires_grad_()
+            (grad,) = torch.autograd.grad(F.softplus(leaf), leaf, grad_output)
+        return grad
+
+
 def _wrong_backward(return_line):
     """The reference Softplus with its backward's return line replaced."""
     return mutant(Softplus, "return grad_output * torch.sigmoid(x)", return_line)
@@ -245,6 +267,7 @@ register(Exercise(
     inputs=_softplus_inputs,
     compare=("value", "grad"),
     gradcheck=True,
+    method=own_function(),   # a Function of one's own whose backward computes the derivative (judged on what ran)
     hints=(
         "forward: ctx.save_for_backward(x), then return torch.log1p(torch.exp(x)) or F.softplus(x).",
         "backward: (x,) = ctx.saved_tensors; the local derivative is torch.sigmoid(x).",
@@ -255,6 +278,10 @@ register(Exercise(
         WrongAnswer(_wrong_backward("return 2 * grad_output * torch.sigmoid(x)"), expect="doubled"),
         WrongAnswer(_wrong_backward("return torch.sigmoid(x)"), expect="wrong_value"),
         WrongAnswer(_wrong_backward("return grad_output * torch.exp(x)"), expect="wrong_value"),
+        # The shortcuts: PyTorch's own softplus (and its backward), or a backward that asks autograd.
+        WrongAnswer(F.softplus, expect="own_function", note="Softplus = F.softplus: not a Function of one's own"),
+        WrongAnswer(_softplus_by_autograd,
+                    expect="own_function", note="a backward that calls autograd"),
     ),
 ))
 
@@ -309,7 +336,8 @@ register(Exercise(
     wrong_answers=(
         WrongAnswer(torch.tensor([-1.0, 0.0, 3.0]), expect="reversed"),
         WrongAnswer(torch.tensor([1.0, 1.0, 1.0]), expect="ones_cotangent"),
-        WrongAnswer(torch.tensor([-3.0, 0.0, 1.0]), expect="sign_flipped"),
+        WrongAnswer(torch.tensor([-3.0, 0.0, 1.0]), expect="wrong_value",
+                    note="a prediction is never told its sign is flipped: that would give the key away"),
         WrongAnswer(torch.tensor([3.0, -1.0]), expect="shape"),
     ),
 ))

@@ -340,6 +340,7 @@ register(Exercise(
     reference=sgd_step,
     inputs=_sgd_step_inputs,
     compare=("args",),
+    modifies=("params",),              # the step updates the parameters and clears their .grad in place
     method=no_data_attribute(),
     hints=(
         "The update must change the tensors in `params` themselves: p = p - ... only rebinds a "

@@ -188,6 +188,7 @@ register(Exercise(
     reference=checkpointed_step,
     inputs=_frozen_input_model,
     compare=("value", "args"),
+    modifies=("model:grad",),          # loss.backward() fills the parameters' .grad, and nothing else
     rtol=1e-5,
     atol=1e-7,
     points=2,

@@ -245,6 +245,7 @@ register(Exercise(
     reference=accumulate,
     inputs=_no_sync_inputs,
     compare=("value", "args"),
+    modifies=("model",),               # the backward passes fill .grad; the comm hook counts all-reduces
     hints=(
         "The given loop computes the loss outside `with model.no_sync():`. DDP decides whether to "
         "all-reduce when the forward runs.",

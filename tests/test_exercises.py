@@ -227,7 +227,7 @@ def _step(parameter):
 
 
 def test_argument_comparison_catches_accumulated_gradients():
-    make(reference=_step, inputs=_leaf_inputs, compare=("args",))
+    make(reference=_step, inputs=_leaf_inputs, compare=("args",), modifies=("parameter",))
 
     def backward_twice(parameter):
         _step(parameter)
@@ -309,7 +309,7 @@ def _ascends(parameter):
 
 
 def _make_sgd(*misconceptions):
-    return make(reference=_descend, inputs=_parameter_with_grad, compare=("args",),
+    return make(reference=_descend, inputs=_parameter_with_grad, compare=("args",), modifies=("parameter",),
                 misconceptions=misconceptions)
 
 
@@ -438,7 +438,7 @@ def test_an_error_on_a_hidden_case_is_the_status_and_the_tag():
 
 
 def test_records_survive_a_weights_only_round_trip(tmp_path):
-    exercise = make(reference=_square, inputs=_leaf_inputs, compare=("value", "state", "args", "grad"))
+    exercise = make(reference=_square, inputs=_leaf_inputs, compare=("value", "state", "args", "grad"), modifies="all")
     record = observe(exercise, lambda x: {"y": x ** 2, "pair": (x, None, 1.5, "s")}, 0)
     torch.save(record, tmp_path / "record.pt")
     loaded = torch.load(tmp_path / "record.pt", weights_only=True)
@@ -676,8 +676,10 @@ def test_uses_autograd_rejects_a_typed_formula_and_names_the_method():
 def test_method_facts_are_in_the_record_for_the_batch_grader():
     exercise = make(method=uses_autograd())
     record = observe(exercise, cube_grad, 0)
-    assert record["facts"] == {"engine_runs": 1, "silent_writes": 0, "samplers_built": 0, "scalers_built": 0,
-                               "tiny_engine_runs": 0, "tiny_backwards": {}}
+    from autograd_lab.checking.facts import FACTS
+    assert set(record["facts"]) == set(FACTS)
+    assert record["facts"]["engine_runs"] == 1 and record["facts"]["output_from_engine"] is True
+    assert record["facts"]["backward_op_names"]["aten::mul"] >= 1 and record["facts"]["tape_intact"]
     assert observe(exercise, _cube_formula, 0)["facts"]["engine_runs"] == 0
     assert "facts" not in observe(make("99.plain"), cube_grad, 0)  # no method: the record is as before
     # judged outside the kernel from the record alone; a record without facts cannot pass
@@ -708,7 +710,7 @@ def _sgd_detach(p, lr):
 
 
 def test_no_data_attribute_rejects_a_write_through_data():
-    make(reference=_sgd_no_grad, inputs=_sgd_inputs, compare=("args",), method=no_data_attribute())
+    make(reference=_sgd_no_grad, inputs=_sgd_inputs, compare=("args",), modifies="all", method=no_data_attribute())
     assert check("99.sample", _sgd_no_grad).status == "passed"
     assert check("99.sample", _sgd_detach).status == "passed"
     result = check("99.sample", _sgd_data)
@@ -904,7 +906,7 @@ def _tiny_tanh(label):
     return per_input, one_graph
 
 
-def test_the_tiny_engine_method_counts_op_nodes_backpropagated_per_input():
+def test_the_tiny_engine_method_counts_the_answers_own_nodes_whatever_their_label():
     from autograd_lab.grading import release
     from autograd_lab.checking.facts import watch
     from autograd_lab.checking import tiny_engine_op
@@ -914,8 +916,8 @@ def test_the_tiny_engine_method_counts_op_nodes_backpropagated_per_input():
     make(reference=per_input, method=tiny_engine_op("tanh"))
     assert check("99.sample", per_input).status == "passed"
     assert check("99.sample", one_graph).status == "passed"      # one backward over every input: still the engine
-    result = check("99.sample", _tiny_tanh("")[0])                  # the node not labelled: the prompt names it
-    assert result.misconception == "typed_formula" and "labelled `'tanh'`" in result.messages[0]
+    for label in ("Tanh", "", "my tanh"):                        # issue 20: a label is a name, not a method
+        assert check("99.sample", _tiny_tanh(label)[0]).status == "passed", label
     x = torch.tensor([0.5, -1.0], dtype=torch.float64)
     with watch([x]) as watched:
         a = Value(0.5)
@@ -923,7 +925,33 @@ def test_the_tiny_engine_method_counts_op_nodes_backpropagated_per_input():
         out.backward()
         out.backward()          # the same node twice counts once: distinct nodes, not calls
     assert watched.facts["tiny_engine_runs"] == 2 and watched.facts["tiny_backwards"] == {"exp": 1, "": 1}
+    assert watched.facts["tiny_own_backwards"] == 0                  # exp is the engine's own op, not the answer's
     assert Value.backward.__qualname__ == "Value.backward" and out._backward.__name__ == "_backward"  # restored
     # the release carries it as its factory and argument, rebuilt there
     assert release.method_data("99.sample", tiny_engine_op("tanh")) == {"factory": "tiny_engine_op",
                                                                         "kwargs": {"op": "tanh"}}
+
+
+def _tanh_without_backward(xs):
+    """The tanh node is built, but its `_backward` is never attached: the engine runs the do-nothing default."""
+    import math
+
+    from autograd_lab.labs.tiny_engine import Value
+    grads = []
+    for x in xs.tolist():
+        a = Value(x)
+        out = Value(math.tanh(a.data), (a,), "tanh")
+        (out * a).backward()
+        grads.append(a.grad)
+    return torch.tensor(grads, dtype=xs.dtype)
+
+
+def test_a_forgotten_backward_closure_is_named():
+    from autograd_lab.checking import tiny_engine_op
+    per_input, _ = _tiny_tanh("tanh")
+    make(reference=per_input, method=tiny_engine_op("tanh"))
+    result = check("99.sample", _tanh_without_backward)
+    assert result.misconception == "typed_formula"
+    assert "has no `_backward` of its own" in result.messages[0] and "out._backward = _backward" in result.messages[0]
+    result = check("99.sample", lambda xs: torch.tanh(xs) + xs * (1 - torch.tanh(xs) ** 2))
+    assert "never called the tiny engine's `backward()`" in result.messages[0]

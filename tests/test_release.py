@@ -14,7 +14,7 @@ import torch
 
 from autograd_lab import checking
 from autograd_lab.grading import release
-from autograd_lab.checking import hashed, public
+from autograd_lab.checking import forms, public
 from autograd_lab.checking.judge import judge
 from autograd_lab.checking.observe import observe
 
@@ -106,9 +106,10 @@ def test_no_hidden_seed_and_no_expected_prediction_is_in_the_public_data(build):
             text = repr(spec)
             for seed in exercise.hidden_seeds:
                 assert f"'seed': {seed}," not in text
-            if exercise.kind == "value":
+            if exercise.kind == "value":   # the key never ships, nor a misconception that names an entry of it
                 output = spec["records"][exercise.public_seeds[0]]["output"]
-                assert output["__kind__"] == "hashed" and output["repr"] == hashed.HIDDEN_TEXT
+                assert output["__kind__"] == "form" and output["repr"] == forms.HIDDEN_TEXT
+                assert spec["misconceptions"] == []
 
 
 STUDENT = textwrap.dedent("""
@@ -129,6 +130,7 @@ STUDENT = textwrap.dedent("""
         "doubled": check("00.cube_grad", doubled),
         "prediction_right": check("00.needs_grad", {"w": True, "x": False, "b": True, "h": False}),
         "prediction_claims": check("00.needs_grad", {"w": True, "x": False, "b": True, "h": True}),
+        "prediction_form": check("00.needs_grad", {"w": True, "x": False, "b": True}),
         "bytes_right": check("01.saved_bytes", 12288),
         "graph_inputs": check("01.count_nodes", lambda t: {}),
     }
@@ -161,11 +163,13 @@ def test_check_works_in_a_fresh_python_with_only_the_release_on_the_path(build, 
     results = out["results"]
     assert results["right"][:2] == ["passed", None]
     assert results["doubled"][:2] == ["failed", "doubled"]
-    assert results["prediction_right"][:2] == ["passed", None]
-    # The misconception is named from data (claims("h", True)), the expected value is not shown.
-    assert results["prediction_claims"][:2] == ["failed", "non_leaf"]
-    assert "needs_grad['h']: not the expected answer" in results["prediction_claims"][2][0]
-    assert results["bytes_right"][:2] == ["passed", None]
+    # A prediction's key does not ship (checking/forms.py): right or wrong, a prediction of the right
+    # form is graded when submitted; one of the wrong form is told so.
+    assert results["prediction_right"][:2] == ["graded later", None]
+    assert results["prediction_claims"][:2] == ["graded later", None]
+    assert "graded when you submit" in results["prediction_claims"][2][0]
+    assert results["prediction_form"][:2] == ["failed", "structure"]
+    assert results["bytes_right"][:2] == ["graded later", None]
     assert results["graph_inputs"][0] == "not attempted"  # 01.count_nodes: its inputs are graphs
     assert "checked when the assignment is graded" in results["graph_inputs"][2][0]
     assert "solutions are not part of this build" in out["solution"]
@@ -208,6 +212,10 @@ def test_every_bank_answer_fails_in_the_release_and_most_keep_their_misconceptio
         for answer, expect in answers:
             records = {seed: observe(mine, answer, seed, timeout=30) for seed in mine.public_seeds}
             result = judge(mine, records, checking.reference_records(mine, mine.public_seeds))
+            if exercise.kind == "value":   # only the form ships: the right form is graded later (forms.py)
+                wrong_form = expect in ("structure", "shape", "dtype")
+                assert result.status == ("failed" if wrong_form else "graded later"), (exercise.id, expect, result)
+                continue
             if expect is None:
                 assert result.status == "passed", (exercise.id, result)
                 continue
@@ -262,6 +270,9 @@ def test_every_misconception_reaches_the_release_as_data(build):
     for path in sorted((build / "autograd_lab" / "public").glob("*.pt")):
         for spec in torch.load(path, weights_only=True)["exercises"]:
             exercise = checking.get(spec["meta"]["id"])
+            if exercise.kind == "value":   # a prediction's misconceptions would name entries of its key
+                assert spec["misconceptions"] == []
+                continue
             assert [m["tag"] for m in spec["misconceptions"]] == [m.tag for m in exercise.misconceptions]
             for item in spec["misconceptions"]:
                 assert item["form"] == "claims" or item["prints"], (exercise.id, item["tag"])

@@ -7,6 +7,7 @@ Without it, a student build registers its exercises from ``public/`` data
 (``public.py``).  Graded kernels (``AUTOGRAD_LAB_GRADING=1``) refuse the import.
 """
 
+import difflib
 import importlib
 import importlib.util
 import os
@@ -20,15 +21,35 @@ SOLUTIONS_PACKAGE = "autograd_lab_solutions"
 _loaded = False
 
 
+class UnknownExercise(KeyError):
+    """A mistyped exercise id: one line in a notebook, with the closest ids, never a traceback."""
+
+    def __str__(self):
+        return self.args[0]
+
+    def _render_traceback_(self):   # IPython shows these lines instead of the traceback
+        return [f"UnknownExercise: {self}"]
+
+
 def get(exercise_id):
     """The exercise registered under ``exercise_id``; loads every solutions module first."""
     load_all()
     try:
         return REGISTRY[exercise_id]
-    except KeyError:
-        known = ", ".join(sorted(REGISTRY)) or "none"
-        raise KeyError(f"No exercise with id {exercise_id!r}. Check the spelling; "
-                       f"registered exercises: {known}.") from None
+    except (KeyError, TypeError):
+        raise UnknownExercise(unknown_id_message(exercise_id)) from None
+
+
+def unknown_id_message(exercise_id):
+    """``No exercise '00.cube_gard'. Did you mean '00.cube_grad'?``: the closest ids, not all of them."""
+    known = sorted(REGISTRY)
+    close = difflib.get_close_matches(str(exercise_id), known, n=3, cutoff=0.6)
+    if close:
+        return f"No exercise {exercise_id!r}. Did you mean {' or '.join(map(repr, close))}?"
+    same_notebook = [key for key in known if key[:2] == str(exercise_id)[:2]]
+    hint = f"this notebook's are {', '.join(map(repr, same_notebook))}" if same_notebook else (
+        "ids look like '00.cube_grad' (see the exercise's heading)")
+    return f"No exercise {exercise_id!r}: {hint}."
 
 
 def all_exercises():

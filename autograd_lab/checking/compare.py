@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from .findings import MESSAGES, Finding
-from .hashed import compare_hashed, is_hashed
+from .forms import compare_form, is_form
 from .records import KIND, describe
 
 _isclose = torch.isclose
@@ -61,14 +61,18 @@ def grad_fn_family(name):
     return None if name is None else _SUFFIX.sub("", name)
 
 
-def compare_values(student, reference, where, tolerance, *, state=False, grads=False):
+def compare_values(student, reference, where, tolerance, *, state=False, grads=False, blind=False):
     """The first difference between two records, or ``None``.
 
     ``state``: also compare the autograd state of tensors.  ``grads``: also
-    compare tensors' ``.grad`` (for arguments changed by side effect).
+    compare tensors' ``.grad`` (for arguments changed by side effect).  ``blind``:
+    a prediction's comparison, which says which entries are wrong and never what
+    they should be (no expected value, no factor or sign that would give it away).
     """
-    if is_hashed(reference):  # a student build's prediction
-        return compare_hashed(student, reference, where)
+    if is_form(reference):  # a student build's prediction: only its form ships
+        return compare_form(student, reference, where)
+    if blind:
+        return compare_blind(student, reference, where, tolerance)
     if isinstance(reference, dict) and reference.get(KIND) == "tensor":
         return _compare_tensor(student, reference, where, tolerance, state, grads)
     if isinstance(reference, dict) and KIND in reference:
@@ -266,3 +270,43 @@ def _worst_error(s, r, where, rtol, atol):
         f"{float(diff.reshape(-1)[worst]):.3g} at index {index} (expected {float(r64.reshape(-1)[worst]):.4g}, "
         f"got {float(s64.reshape(-1)[worst]):.4g}); the worst relative error is {float(rel.max()):.3g}."))
 
+
+
+# --- predictions: which entries are wrong, never what they should be ----------------------
+
+def compare_blind(student, reference, where, tolerance):
+    """``structure`` for a container of another form, else ``wrong_value`` naming the wrong entries only."""
+    if _is_kind(reference, "dict", "tuple", "list") and _is_kind(student, "dict", "tuple", "list"):
+        if reference[KIND] == "dict":
+            if student[KIND] != "dict":
+                return Finding("structure", f"{where}: expected a dict.")
+            finding = _compare_keys(student["items"], reference["items"], where)
+            if finding:
+                return finding
+            pairs = [(f"{where}[{key!r}]", student["items"][key], item) for key, item in reference["items"].items()]
+        else:
+            if student[KIND] == "dict":
+                return Finding("structure", f"{where}: expected a {reference[KIND]}.")
+            if len(student["items"]) != len(reference["items"]):
+                return Finding("structure", f"{where}: expected a {reference[KIND]} of length "
+                                            f"{len(reference['items'])}, got length {len(student['items'])}.")
+            pairs = [(f"{where}[{i}]", s, r) for i, (s, r) in enumerate(zip(student["items"], reference["items"]))]
+        wrong = [label for label, s, r in pairs if compare_values(s, r, label, tolerance) is not None]
+        if not wrong:
+            return None
+        return Finding("wrong_value", f"{', '.join(wrong)}: not the expected answer "
+                                      f"({len(wrong)} of {len(pairs)} wrong).")
+    if _is_kind(reference, "dict", "tuple", "list"):
+        return Finding("structure", f"{where}: expected a {reference[KIND]}.")
+    if _is_kind(reference, "tensor"):
+        if not _is_kind(student, "tensor"):
+            return Finding("structure", f"{where}: expected a tensor.")
+        finding = _compare_metadata(student, reference, where)
+        if finding:
+            return finding
+    elif isinstance(reference, (int, float)) and not isinstance(reference, bool) and not (
+            isinstance(student, (int, float)) and not isinstance(student, bool)):
+        return Finding("structure", f"{where}: expected a number, got {describe(student)}.")
+    if compare_values(student, reference, where, tolerance) is None:
+        return None
+    return Finding("wrong_value", f"{where} is not the expected answer.")

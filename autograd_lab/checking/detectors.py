@@ -31,12 +31,15 @@ class Run:
     ``.grad``.  ``input_grads``: for exercises that compare ``"grad"``, a tuple of
     the gradients of the tensor inputs that require grad (``None`` for an unused
     input), or ``None`` when the output could not be backpropagated.  Both are
-    ``None`` when the exercise does not compare them.
+    ``None`` when the exercise does not compare them.  ``error``: on a case where the
+    answer raised, the error's text (``"IndexError: ... (in `f`, line 4: `...`)"``) and
+    everything else ``None``: a detector that reads it names the cause of an error.
     """
 
     output: Any
     args_after: Optional[tuple] = None
     input_grads: Optional[tuple] = None
+    error: Optional[str] = None
 
 
 def run_of(record):
@@ -48,6 +51,20 @@ def run_of(record):
         args_after=None if args_after is None else tuple(decode(arg, grads=True) for arg in args_after),
         input_grads=None if grads is None else tuple(decode(grad) for grad in grads),
     )
+
+
+def named_error(exercise, finding, student, reference):
+    """An exercise-specific cause of an error: detectors that ask for ``student_run`` see its ``error``."""
+    if not exercise.misconceptions:
+        return finding
+    args = tuple(decode(arg) for arg in reference["inputs"])
+    run = Run(output=None, error=str(student.get("error") or ""))
+    detected = [m for m in exercise.misconceptions
+                if "student_run" in _accepted(m.detect, {"student_run": run}) and
+                _detects(m.detect, (None, decode(reference["output"]), args), {"student_run": run})]
+    if not detected:
+        return finding
+    return Finding("error", f"{finding.message}. {' '.join(m.message for m in detected)}")
 
 
 def named(exercise, finding, student, reference):

@@ -2,16 +2,17 @@
 
 Every repr is built only from the exercise and the comparison, never from time,
 randomness or object addresses, so nbval can compare notebook outputs run to
-run.  The HTML reprs escape everything they show; feedback text is Markdown, so
-its inline code (between backticks) is shown as code.
+run.  Feedback text is Markdown (contracts §5): the HTML reprs render it with
+mistune (which nbconvert, a dependency, brings), escaping any raw HTML, so
+`code` and *emphasis* show as such in the notebook; the plain repr keeps the text.
 """
 
 import html
 from dataclasses import asdict, dataclass, field
 
-STATUSES = ("passed", "failed", "not attempted", "error", "timed out")
+STATUSES = ("passed", "failed", "not attempted", "error", "timed out", "graded later")
 _COLORS = {"passed": "#1a7f37", "failed": "#cf222e", "not attempted": "#6e7781",
-           "error": "#bc4c00", "timed out": "#bc4c00"}
+           "error": "#bc4c00", "timed out": "#bc4c00", "graded later": "#0969da"}
 
 
 def format_points(value):
@@ -32,10 +33,31 @@ def inline_code_html(text):
                    for index, piece in enumerate(pieces))
 
 
+def markdown_html(text):
+    """One line of feedback Markdown as HTML, raw HTML escaped; backticks only if mistune is missing."""
+    if _MARKDOWN is None:
+        return inline_code_html(text)
+    rendered = _MARKDOWN(text).strip()
+    if rendered.startswith("<p>") and rendered.endswith("</p>") and rendered.count("<p>") == 1:
+        rendered = rendered[3:-4]          # one paragraph: inline in its list item
+    return rendered
+
+
+def _markdown():
+    try:
+        import mistune
+    except ImportError:
+        return None
+    return mistune.create_markdown(escape=True)
+
+
+_MARKDOWN = _markdown()
+
+
 def _box(status, title, lines, monospace_body=False):
     color = _COLORS.get(status, "#6e7781")
     body = (f"<pre style=\"margin:4px 0 0 0\">{html.escape(chr(10).join(lines))}</pre>" if monospace_body
-            else "".join(f"<li>{inline_code_html(line)}</li>" for line in lines))
+            else "".join(f"<li>{markdown_html(line)}</li>" for line in lines))
     wrapper = body if monospace_body or not lines else f"<ul style=\"margin:4px 0 0 0\">{body}</ul>"
     return (f"<div class=\"autograd-lab-box\" style=\"border-left:4px solid {color};"
             f"padding:4px 10px;margin:4px 0\"><strong>{html.escape(title)}</strong>{wrapper}</div>")
@@ -96,8 +118,11 @@ class Hint:
     number: int
     total: int
     text: str
+    reason: str = ""     # why no hint is given (graded mode)
 
     def __repr__(self):
+        if self.reason:
+            return f"{self.exercise_id}: no hint: {self.reason}"
         if self.total == 0:
             return f"{self.exercise_id}: this exercise has no hints."
         last = " (the last one)" if self.number == self.total else ""

@@ -1,87 +1,62 @@
-"""Observable facts about HOW an answer computed its result, recorded while it runs.
+"""Observable facts about HOW an answer computed its result, recorded around the call.
 
-An exercise whose prompt requires or forbids a method ("by autograd, not by
-typing the formula", "no ``.data``", "no Jacobian") is judged on these facts
-(see ``methods.py``).  They are plain data in the record, so the batch grader
-judges them in its own process, like the values.
+An exercise whose prompt requires or forbids a method ("by autograd, not by typing
+the formula", "no ``.data``", "no Jacobian", "no ``GradScaler``") is judged on these
+facts (``methods.py``).  They are plain data in the record, so the batch grader judges
+them in its own process, like the values.  Most come from the tape (``tape.py``): what
+actually ran, not what the answer's names say.
 
-* ``engine_runs``: how many times the autograd engine ran a backward pass
-  (``.backward()``, ``torch.autograd.backward``, ``torch.autograd.grad`` and
-  everything built on them).  Counted by wrapping the engine object that all of
-  them call, so ``from torch.autograd import grad`` done earlier is counted too.
-  ``torch.func`` transforms do not run this engine and are not counted.
-* ``silent_writes``: how many tensor arguments (a module's parameters included)
-  changed value while their version counter did not move: the mark of a write
-  through ``.data``, which autograd cannot see (``.data`` is a new tensor with
-  its own counter).  An in-place op on the tensor itself, even under
-  ``torch.no_grad()``, or on its ``.detach()`` (which shares the counter), bumps it.
-* ``samplers_built``: how many ``torch.utils.data.DistributedSampler`` objects the
-  answer built, for a prompt that asks to write the sharding by hand.
-* ``scalers_built``: how many ``torch.amp.GradScaler`` objects (the older
-  ``torch.cuda.amp.GradScaler`` is a subclass) the answer built, for a prompt that
-  asks to write the scaler's rule by hand.
-* ``tiny_engine_runs``: how many times the course's tiny engine
-  (``autograd_lab.labs.tiny_engine``) ran ``Value.backward``, and ``tiny_backwards``:
-  ``{op: n}``, how many distinct ``Value`` nodes labelled ``op`` had their
-  ``_backward`` closure run by it (a node's ``op`` is the label its maker gave it:
-  ``Value(t, (a,), "tanh")``).  For a prompt that asks to extend the tiny engine:
-  a derivative typed as a formula, or taken by PyTorch's autograd, runs no such node.
-* ``largest_numel``: the most elements of any tensor an op produced, backward
-  included, and ``largest_input_numel``, the most elements of a tensor argument
-  (only when a method asks for them: the first needs a dispatch mode, which
-  costs a Python call per op).
+* ``engine_runs``: backward passes the autograd engine ran (``Tensor.backward``,
+  ``torch.autograd.backward`` / ``grad``, ``torch.func.grad`` / ``vjp`` / ``jacrev``, however
+  they were imported), and ``nested_engine_runs``: those started inside another one;
+  ``backward_ops``: aten ops run inside the engine's backward, by any path (an aliased
+  engine object included), and ``backward_op_names``: ``{op: count}`` of them;
+* ``forward_ad``: forward-mode AD levels entered (dual tensors, ``jvp``, ``jacfwd``);
+* ``ops``: ``{op: count}`` of the aten ops run outside the backward (at most 64 names);
+  ``library_derivatives``: ops named ``*_backward`` (PyTorch's own derivative kernels);
+  ``largest_numel``: the most elements of any tensor an op produced, backward included,
+  and ``largest_input_numel``: of a tensor argument;
+* ``output_from_engine``: ``True`` when every floating-point tensor the answer returned
+  was computed from what the engine produced (``None``: it returned none);
+* ``ran``, ``copied``, ``instances``: per watched spec (``tape.py``), the calls of that
+  code, the ``copy``/``deepcopy`` of its objects, and the objects of its classes that the
+  call left alive, however they were made (``object.__new__``, unpickling);
+* ``escapes``: threads and processes the answer started (the tape cannot follow them);
+  ``tape_intact``: no recorder was switched off by the answer;
+* ``answer_kind``: ``"autograd.Function"`` for a ``torch.autograd.Function`` subclass, else
+  ``"function"``; with ``own_backward_ops`` (ops run by that Function's own backward);
+* ``silent_writes``: tensor arguments (a module's parameters included) whose values
+  changed while their version counter did not move: a write through ``.data``;
+* ``samplers_built`` / ``scalers_built``: ``DistributedSampler`` / ``GradScaler`` objects
+  constructed through ``__init__``;
+* ``tiny_engine_runs``: calls of the course's tiny engine's ``Value.backward``;
+  ``tiny_backwards``: ``{label: n}`` distinct nodes whose ``_backward`` it ran;
+  ``tiny_own_backwards``: of those, the nodes whose ``_backward`` is the answer's own
+  closure (not one of the engine's own ops); ``tiny_missing_backwards``: nodes with
+  parents whose ``_backward`` was still the do-nothing default (a forgotten
+  ``out._backward = _backward``).
+
+A method that needs the backward an answer's output gets (a custom ``Function``)
+also reads ``facts["grad_phase"]``: the same facts, recorded while the checker
+backpropagated through the output.
 """
 
 import contextlib
 
 import torch
 import torch.utils.data
-from torch.autograd.variable import Variable
-from torch.utils._python_dispatch import TorchDispatchMode
 
-FACTS = ("engine_runs", "silent_writes", "samplers_built", "scalers_built", "tiny_engine_runs", "tiny_backwards",
-         "largest_numel", "largest_input_numel")
+from .tape import Tape
 
-
-class _CountingEngine:
-    """Stands in for ``Variable._execution_engine``: counts backward passes, delegates the rest."""
-
-    def __init__(self, engine):
-        self._engine = engine
-        self.runs = 0
-
-    def run_backward(self, *args, **kwargs):
-        self.runs += 1
-        return self._engine.run_backward(*args, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self._engine, name)
-
-
-class _LargestOutput(TorchDispatchMode):
-    """Records the largest ``numel`` among the outputs of every op run under it."""
-
-    def __init__(self):
-        super().__init__()
-        self.largest = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for tensor in _tensors(out):
-            self.largest = max(self.largest, tensor.numel())
-        return out
-
-
-def _tensors(value):
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [t for item in value for t in _tensors(item)]
-    return []
+FACTS = ("engine_runs", "nested_engine_runs", "backward_ops", "backward_op_names", "forward_ad", "ops",
+         "library_derivatives", "largest_numel", "largest_input_numel", "output_from_engine", "ran", "copied",
+         "instances", "escapes", "tape_intact", "answer_kind", "own_backward_ops", "own_library_derivatives",
+         "silent_writes", "samplers_built", "scalers_built", "tiny_engine_runs", "tiny_backwards",
+         "tiny_own_backwards", "tiny_missing_backwards")
 
 
 class _CountingConstructions:
-    """Counts constructions of ``cls`` (subclasses included) while installed."""
+    """Counts constructions of ``cls`` (subclasses included) through ``__init__`` while installed."""
 
     def __init__(self, cls):
         self._class, self._init, self.built = cls, cls.__init__, 0
@@ -106,6 +81,8 @@ class _TinyEngineRuns:
 
     While installed, ``Value.backward`` wraps the ``_backward`` of every node of its graph
     in a counter, runs the engine's own ``backward`` unchanged, and puts the closures back.
+    A node's closure is the engine's own when its code is in the engine's file, and the
+    answer's otherwise: that, not the label a node was given, tells a node the answer made.
     """
 
     MAX_OPS = 20   # distinct labels kept: the facts stay small whatever the answer names its nodes
@@ -113,7 +90,8 @@ class _TinyEngineRuns:
     def __init__(self):
         from autograd_lab.labs import tiny_engine
         self._engine, self._backward = tiny_engine, tiny_engine.Value.backward
-        self.runs, self._ran = 0, {}   # id -> node: the nodes are kept, so their ids stay unique
+        self._file = tiny_engine.__file__
+        self.runs, self._ran, self._missing = 0, {}, {}   # id -> node: kept, so their ids stay unique
 
     def __enter__(self):
         watcher, original, engine = self, self._backward, self._engine
@@ -123,6 +101,8 @@ class _TinyEngineRuns:
             own = [(node, getattr(node, "__dict__", {}).get("_backward")) for node in engine.topological_order(root)]
             wrapped = [(node, inner) for node, inner in own if callable(inner)]
             for node, inner in wrapped:
+                if watcher._is_default(inner) and getattr(node, "parents", ()):
+                    watcher._missing.setdefault(id(node), node)
                 node._backward = watcher._counting(node, inner)
             try:
                 return original(root)
@@ -133,9 +113,17 @@ class _TinyEngineRuns:
         engine.Value.backward = backward
         return self
 
+    def _is_default(self, closure):
+        code = getattr(closure, "__code__", None)
+        return code is not None and code.co_filename == self._file and code.co_name == "<lambda>"
+
+    def _is_own(self, closure):
+        code = getattr(closure, "__code__", None)
+        return code is not None and code.co_filename != self._file
+
     def _counting(self, node, inner):
         def run():
-            self._ran.setdefault(id(node), node)
+            self._ran.setdefault(id(node), (node, self._is_own(inner)))
             return inner()
         return run
 
@@ -146,48 +134,59 @@ class _TinyEngineRuns:
     def backwards(self):
         """``{op: number of distinct nodes with that label whose _backward ran}``."""
         counts = {}
-        for node in self._ran.values():
+        for node, _ in self._ran.values():
             op = getattr(node, "op", "")
             op = (op if isinstance(op, str) else repr(op))[:40]
             if op in counts or len(counts) < self.MAX_OPS:
                 counts[op] = counts.get(op, 0) + 1
         return counts
 
+    def own(self):
+        return sum(own for _, own in self._ran.values())
+
 
 class Watch:
-    """The facts of one call; filled in when the ``watch`` block ends."""
+    """The facts of one call; filled in when the ``watch`` block ends.
+
+    Inside the block, ``returned(output)`` hands over what the answer returned, so the
+    facts can say whether it came from the engine.
+    """
 
     def __init__(self):
         self.facts = {}
+        self.output = None
+
+    def returned(self, output):
+        self.output = output
 
 
 @contextlib.contextmanager
-def watch(tensors, *, sizes=False):
+def watch(tensors, *, watchlist=(), answer=None, sizes=True):
     """Record the facts (``FACTS``) of the code run inside; ``tensors`` are the call's tensor arguments.
 
-    ``sizes``: also record ``largest_numel`` (slower: a dispatch mode sees every op).
+    ``watchlist``: watch specs of the code and ops to count (``tape.py``); ``answer``: the
+    answer object (a ``torch.autograd.Function`` subclass is recognised in the backward).
+    ``sizes`` is accepted for older callers: sizes are always recorded.
     """
     before = [(t, t._version, t.detach().clone()) for t in tensors]
     result = Watch()
-    engine = Variable._execution_engine
-    counter = _CountingEngine(engine)
-    Variable._execution_engine = counter
-    mode = _LargestOutput() if sizes else contextlib.nullcontext()
+    function_class = answer if isinstance(answer, type) and issubclass(answer, torch.autograd.Function) else None
     samplers = _CountingConstructions(torch.utils.data.DistributedSampler)
     scalers = _CountingConstructions(torch.amp.GradScaler)
     tiny = _TinyEngineRuns()
+    tape = Tape(watchlist, own=function_class)
     try:
-        with mode, samplers, scalers, tiny:
+        with samplers, scalers, tiny, tape:
             yield result
     finally:
-        Variable._execution_engine = engine
-        result.facts = {"engine_runs": counter.runs, "silent_writes": _silent_writes(before),
-                        "samplers_built": samplers.built, "scalers_built": scalers.built,
-                        "tiny_engine_runs": tiny.runs,
-                        "tiny_backwards": tiny.backwards()}
-        if sizes:
-            result.facts["largest_numel"] = mode.largest
-            result.facts["largest_input_numel"] = max((t.numel() for t in tensors), default=0)
+        result.facts = dict(tape.facts(),
+                            output_from_engine=tape.output_from_engine(result.output),
+                            largest_input_numel=max((t.numel() for t in tensors), default=0),
+                            answer_kind="autograd.Function" if function_class else "function",
+                            silent_writes=_silent_writes(before),
+                            samplers_built=samplers.built, scalers_built=scalers.built,
+                            tiny_engine_runs=tiny.runs, tiny_backwards=tiny.backwards(),
+                            tiny_own_backwards=tiny.own(), tiny_missing_backwards=len(tiny._missing))
 
 
 def _silent_writes(before):

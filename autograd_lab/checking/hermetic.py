@@ -4,7 +4,8 @@
 float32 default dtype, anomaly mode off and inference mode off, and restores the
 caller's settings afterwards.  Warnings and anything written to stderr are
 captured (nbgrader scores a cell that writes to stderr as zero; we put them in
-the result instead).
+the result instead); only warnings raised by the student's own code are kept, each
+with its line (``origin``).
 
 ``deadline(seconds)`` interrupts code that runs too long.  It uses ``SIGALRM``,
 which only exists on POSIX and only works in the main thread: elsewhere (Windows,
@@ -22,6 +23,7 @@ import warnings
 
 import torch
 
+from .origin import first_paragraph, is_student_file, short_code, source_line
 from .records import clean_text
 
 
@@ -106,7 +108,17 @@ class isolated:
         torch.set_default_dtype(dtype)
         torch.set_anomaly_enabled(anomaly, check_nan)
         random.setstate(python_rng)
-        self.warnings = [f"{w.category.__name__}: {clean_text(w.message)}" for w in self._caught]
-        if self._stderr.getvalue().strip():
-            self.warnings.append(f"stderr: {clean_text(self._stderr.getvalue())}")
+        # Only what the student's own code raised, with its line: a warning raised inside
+        # torch (anomaly mode's "Error detected in ...", quoting the kernel's launcher) is not theirs.
+        self.warnings = [_warning_text(w) for w in self._caught if is_student_file(w.filename)]
+        stderr = first_paragraph(self._stderr.getvalue())
+        if stderr:
+            self.warnings.append(f"stderr: {clean_text(stderr)}")
         return False
+
+
+def _warning_text(warning):
+    """``UserWarning: text (line 4: `source`)``, without any traceback the message quotes."""
+    source = source_line(warning.filename, warning.lineno)
+    line = f" (line {warning.lineno}: `{short_code(source)}`)" if source else f" (line {warning.lineno})"
+    return f"{warning.category.__name__}: {clean_text(first_paragraph(warning.message))}{line}"

@@ -8,10 +8,12 @@ misconception tag.
 
 from dataclasses import dataclass
 
+from . import untouched
 from .compare import Tolerance, compare_values
-from .findings import Finding
+from .findings import Finding, error_advice
 from .display import Result
-from .detectors import named
+from .detectors import named, named_error
+from .forms import GRADED_LATER
 from .methods import broken
 from .observe import RECORD_STATUSES
 from .records import KIND, decode, describe
@@ -23,14 +25,14 @@ class Case:
 
     seed: int
     hidden: bool
-    status: str          # "passed", "failed", "not attempted", "error", "timed out"
+    status: str          # "passed", "failed", "not attempted", "error", "timed out", "graded later"
     finding: object = None
     inputs: str = ""     # what the case was called with, for public feedback only
 
     @property
     def tag(self):
-        return {"not attempted": "not_attempted", "error": "error", "timed out": "timeout"}.get(
-            self.status, self.finding.tag if self.finding else None)
+        return {"not attempted": "not_attempted", "error": "error", "timed out": "timeout",
+                "graded later": GRADED_LATER}.get(self.status, self.finding.tag if self.finding else None)
 
 
 def judge(exercise, student_records, reference_records):
@@ -60,12 +62,36 @@ def judge_case(exercise, student, reference):
     seed, hidden, inputs = student["seed"], exercise.is_hidden(student["seed"]), describe_inputs(reference)
     if status not in RECORD_STATUSES:
         return Case(seed, hidden, "error", Finding("error", f"not a record made by observe (status {status!r})"), inputs)
+    if status == "error":
+        finding = Finding(status, student.get("error") or "")
+        return Case(seed, hidden, status, _safely(named_error, exercise, finding, student, reference) or finding, inputs)
     if status != "ok":
         return Case(seed, hidden, status, Finding(status, student.get("error") or ""), inputs)
-    finding = method_finding(exercise, student) or first_difference(exercise, student, reference)
+    finding = (method_finding(exercise, student) or touched_finding(exercise, student)
+               or _safely(first_difference, exercise, student, reference))
     if finding is None:
         return Case(seed, hidden, "passed", None, inputs)
-    return Case(seed, hidden, "failed", named(exercise, finding, student, reference), inputs)
+    if finding.tag == GRADED_LATER:   # a student build's prediction: right form, key not shipped
+        return Case(seed, hidden, "graded later", finding, inputs)
+    return Case(seed, hidden, "failed", _safely(named, exercise, finding, student, reference) or finding, inputs)
+
+
+def _safely(step, exercise, student, *more):
+    """A comparison or detector that crashes on an answer of an unforeseen form is never shown as a crash.
+
+    (A student once saw an ``IndexError`` from inside the checker.)  A crashed comparison
+    is a ``structure`` finding that says what arrived; a crashed detector names nothing
+    (``None``).  A reference-side failure still raises (``_reference``).
+    """
+    try:
+        return step(exercise, student, *more)
+    except Exception as error:  # the answer's form is unusual: judge it as unmatched, not as our crash
+        if step is not first_difference:
+            return None
+        got = describe(student.get("output"))
+        return Finding("structure", f"the checker could not compare what your function returned ({got}) with "
+                                    f"the expected answer ({type(error).__name__} in the comparison): check the "
+                                    "type and form the prompt asks for.")
 
 
 def method_finding(exercise, student):
@@ -79,11 +105,28 @@ def method_finding(exercise, student):
     if not isinstance(facts, dict):
         return Finding("method", "the record holds no facts about how the answer ran, so the method "
                                  f"this exercise asks for ({exercise.method[0].name}) cannot be checked.")
+    args = tuple(decode(arg) for arg in student.get("inputs", ()))
     try:
-        method = broken(exercise.method, facts, tuple(decode(arg) for arg in student.get("inputs", ())))
-    except (KeyError, TypeError):
+        method = broken(exercise.method, facts, args)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError):
         return Finding("method", "the record's facts are incomplete, so the method cannot be checked.")
-    return None if method is None else Finding(method.tag, method.feedback())
+    return None if method is None else Finding(method.tag, method.feedback(facts, args))
+
+
+def touched_finding(exercise, student):
+    """A ``modified_input`` finding when the answer changed an argument the exercise does not let it change."""
+    touched = student.get("touched") or []
+    if exercise.kind != "function" or not isinstance(touched, list):
+        return None
+    changed = untouched.forbidden([t for t in touched if isinstance(t, dict)], exercise.modifies)
+    if not changed:
+        return None
+    grads = any(entry.get("what") == "grad" for entry in changed)
+    advice = ("`backward()` on a graph built from the caller's tensor fills that tensor's `.grad`: take the gradient "
+              "on a leaf of your own (`x.detach().requires_grad_()`) or with `torch.autograd.grad`." if grads else
+              "work on a copy (`x.detach().clone()`) or compute out of place.")
+    return Finding("modified_input", f"Your function changed its input {untouched.describe(changed, exercise.parameter_names())} "
+                                     f"in place, and the prompt asks you to leave the arguments as they were: {advice}")
 
 
 def first_difference(exercise, student, reference):
@@ -91,7 +134,7 @@ def first_difference(exercise, student, reference):
     tolerance = Tolerance(exercise.rtol, exercise.atol)
     where = exercise.answer_name if exercise.kind == "value" else "the returned value"
     steps = [lambda: compare_values(student["output"], reference["output"], where, tolerance,
-                                    state="state" in exercise.compare)]
+                                    state="state" in exercise.compare, blind=exercise.kind == "value")]
     if "state" in exercise.compare:
         steps.append(lambda: _compare_grad_mode(student, reference))
     if "args" in exercise.compare:
@@ -157,13 +200,17 @@ def summarize(exercise, cases, warnings=()):
     score = 0 if status == "not attempted" or not cases else exercise.points * passed / len(cases)
     failing = [case for case in public + hidden if case.status != "passed"]
     failing = [case for case in failing if case.status == status] or failing  # the tag matches the status
-    messages = (_not_attempted_messages(exercise) if status == "not attempted"
-                else _failure_messages(public, hidden) + [_counts_line(exercise, public, hidden)])
+    if status == "not attempted":
+        messages = _not_attempted_messages(exercise)
+    elif status == "graded later":
+        messages = [_unique(case.finding.message for case in cases if case.status == status)[0]]
+    else:
+        messages = _failure_messages(public, hidden) + [_counts_line(exercise, public, hidden)]
     messages += [f"Your code warned: {text}" for text in warnings[:3]]
     return Result(
         exercise_id=exercise.id, title=exercise.title, status=status,
         score=round(score, 2), max_score=exercise.points,
-        misconception=failing[0].tag if failing and status != "not attempted" else (
+        misconception=failing[0].tag if failing and status not in ("not attempted", "graded later") else (
             "not_attempted" if status == "not attempted" else None),
         messages=messages,
         public_passed=sum(case.status == "passed" for case in public), public_total=len(public),
@@ -178,7 +225,7 @@ def _overall_status(cases):
     for status in ("timed out", "error", "failed", "not attempted"):
         if status in statuses:
             return "failed" if status == "not attempted" else status
-    return "passed"
+    return "graded later" if "graded later" in statuses else "passed"
 
 
 def _not_attempted_messages(exercise):
@@ -210,7 +257,7 @@ def _case_message(case):
     if case.status == "timed out":
         return "your code ran past the time limit (an endless loop?) and was stopped."
     if case.status == "error":
-        return f"your code raised {case.finding.message}"
+        return f"your code raised {case.finding.message}{error_advice(case.finding.message)}"
     if case.status == "not attempted":
         return "your code still raises NotImplementedError on this case."
     return case.finding.message

@@ -1,16 +1,24 @@
-"""Methods an exercise requires or forbids, judged on the facts recorded while the answer ran.
+"""Methods an exercise requires or forbids, judged on the facts the tape recorded while the answer ran.
 
-``Exercise(..., method=uses_autograd())`` makes ``check`` (and the batch grader)
-fail an answer that gets the right value the wrong way, with a message that
-names the method.  A ``Method`` is a name, a predicate on the recorded facts
-(``facts.FACTS``: ``engine_runs``, ``silent_writes``, ``tiny_backwards``, ``largest_numel``) and the
-message shown when the predicate is false.  The ready-made ones below cover the
-course; write another by giving the three fields.
+``Exercise(..., method=uses_autograd())`` makes ``check`` (and the batch grader) fail
+an answer that gets the right value the wrong way, with a message that names the
+method.  A ``Method`` is a name, a predicate on the recorded facts (``facts.FACTS``),
+the message shown when the predicate is false, and what the tape must watch (``watch``:
+specs of code and ops to count, ``tape.py``).  The ready-made factories below cover
+the course; each remembers how it was made (``origin``), so a student build rebuilds it
+from plain data.  Write another by giving the fields; a predicate that reads only
+``facts`` travels in a release as the text of a one-line lambda.
+
+Every method also fails an answer that switched a recorder off or ran code in another
+thread or process (``tape_intact``, ``escapes``): what the tape could not see cannot be
+judged.
 """
 
 import inspect
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from .tape import spec_of
 
 
 @dataclass(frozen=True)
@@ -18,78 +26,306 @@ class Method:
     """A required or forbidden method.
 
     ``name``: what the prompt asks for ("autograd", "no .data").  ``holds(facts)``:
-    True when the answer kept to it; ``holds(facts, args)`` also receives the
-    case's arguments (as recorded before the call), for a count that depends on
-    them.  ``message``: the feedback when it did not;
-    it should say what the answer did.  ``tag``: the misconception tag of a
-    failure (the bank's ``WrongAnswer.expect``).  ``sizes``: the predicate reads
-    ``largest_numel``, which is recorded only when some method asks for it.
+    True when the answer kept to it; ``holds(facts, args)`` also receives the case's
+    arguments (as recorded before the call: a module is a dict of its parameters).
+    ``message``: the feedback when it did not; it should say what the answer did.
+    ``explain(facts, args)``: optionally, a more precise message for this failure
+    (``None``: use ``message``).  ``tag``: the misconception tag of a failure (the bank's
+    ``WrongAnswer.expect``).  ``watch``: the specs the tape must count (``facts["ran"]``).
+    ``grad_phase``: also record the backward the checker runs through the answer's output
+    (``facts["grad_phase"]``).  ``sizes`` is kept for older definitions (sizes are always
+    recorded).  ``origin``: ``(factory name, plain keyword arguments)``, set by the factories.
     """
 
     name: str
-    holds: Callable[[dict], bool]
+    holds: Callable[..., bool]
     message: str
     tag: str = "method"
     sizes: bool = False
+    watch: tuple = ()
+    grad_phase: bool = False
+    explain: Optional[Callable[..., Optional[str]]] = field(default=None, compare=False)
+    origin: Optional[tuple] = field(default=None, compare=False)
 
     def kept(self, facts, args):
-        """``holds`` called with the arguments it declares."""
-        if len(inspect.signature(self.holds).parameters) >= 2:
-            return bool(self.holds(facts, args))
-        return bool(self.holds(facts))
+        """``holds`` called with the arguments it declares, after the recorders' own check."""
+        if unobserved(facts):
+            return False
+        return bool(_call(self.holds, facts, args))
 
-    def feedback(self):
-        return f"This exercise asks for {self.name}: {self.message}"
+    def feedback(self, facts=None, args=()):
+        """``This exercise asks for {name}: {why}``, the why as precise as the facts allow."""
+        why = unobserved(facts) if facts is not None else None
+        if why is None and facts is not None and self.explain is not None:
+            try:
+                why = _call(self.explain, facts, args)
+            except (KeyError, TypeError, ValueError, AttributeError):
+                why = None
+        return f"This exercise asks for {self.name}: {why or self.message}"
+
+
+def _call(function, facts, args):
+    if len(inspect.signature(function).parameters) >= 2:
+        return function(facts, args)
+    return function(facts)
+
+
+def unobserved(facts):
+    """Why the facts cannot be trusted to describe the answer (a recorder off, an escape), or ``None``."""
+    if not facts.get("tape_intact", True):
+        return ("your answer switched off one of the checker's recorders (a profile hook, a dispatch mode "
+                "or the autograd engine's stand-in), so the checker cannot see how it computed its result.")
+    if facts.get("escapes"):
+        return (f"your answer started another thread or process ({', '.join(facts['escapes'])}), where the "
+                "checker cannot see what runs: compute the result in the function itself.")
+    return None
+
+
+def _made(factory, **kwargs):
+    """The ``origin`` of a method built by ``factory(**kwargs)``: how a student build rebuilds it."""
+    return (factory, kwargs)
+
+
+def _ran(facts, specs):
+    """Which of ``specs`` ran, were copied, or left objects behind: ``[(spec, what)]``."""
+    found = []
+    for spec in specs:
+        for table, what in (("ran", "ran"), ("copied", "was copied"), ("instances", "was built")):
+            if facts.get(table, {}).get(spec):
+                found.append((spec, what))
+    return found
+
+
+def _shown(spec):
+    """``torch.optim`` for ``code:torch.optim``, ``GradScaler`` for a class spec, ``aten::x`` for an op."""
+    kind, _, target = spec.partition(":")
+    module, _, qualname = target.partition(":")
+    return f"`{qualname.split('.<locals>.')[-1] if qualname else module}`" if kind == "code" else f"`{target}`"
+
+
+# --- autograd: required, counted, or forbidden -------------------------------------------
+
+_TORCH_FUNC = ("code:torch._functorch", "code:torch.func")
+_FUNCTIONAL = ("code:torch.autograd.functional",)
 
 
 def uses_autograd():
-    """The result must come out of autograd: at least one backward pass (``backward`` or ``autograd.grad``)."""
+    """The result must come out of autograd: a backward pass (or forward-mode AD) whose result is returned.
+
+    Reverse mode is followed to the output: the returned tensors must be computed from what
+    the engine produced, so a backward run "for show" next to a typed formula fails.
+    """
+    def holds(facts):
+        reverse = facts["engine_runs"] >= 1 or facts.get("backward_ops", 0) > 0
+        forward = facts.get("forward_ad", 0) > 0
+        return forward or (reverse and facts.get("output_from_engine") is not False)
+
+    def explain(facts):
+        if facts["engine_runs"] >= 1 or facts.get("backward_ops", 0) > 0:
+            return ("your answer ran a backward pass, but the value it returned was not computed from that "
+                    "pass's result: return the gradient autograd produced (`x.grad`, or what "
+                    "`torch.autograd.grad` returns), not a formula next to it.")
+        return None
+
     return Method(
         name="autograd",
-        holds=lambda facts: facts["engine_runs"] >= 1,
-        message=("your answer computed the result without calling `backward()` or `torch.autograd.grad`, "
-                 "so it is a formula typed by hand, not a gradient taken by autograd."),
-        tag="typed_formula")
+        holds=holds, explain=explain,
+        message=("your answer computed the result without calling `backward()` or `torch.autograd.grad` (or a "
+                 "`torch.func` transform built on them), so it is a formula typed by hand, not a gradient "
+                 "taken by autograd."),
+        tag="typed_formula", origin=_made("uses_autograd"))
 
 
 def backward_calls(n, *, name=None):
     """Exactly ``n`` backward passes; ``n`` may be a function of the case's arguments.
 
     ``backward_calls(1)``; ``backward_calls(lambda x, k: k, name="one backward pass per
-    micro-batch")`` for an answer called as ``answer(x, k)``.
+    micro-batch")`` for an answer called as ``answer(x, k)`` (a function does not travel
+    in a student build: there the method is checked when graded).
     """
-    # The predicate's only free variable is ``n``: the release rebuilds a ready-made method
-    # from its factory and closure (release.method_data).
     wanted = "" if callable(n) else f" ({n})"
     default = (f"exactly {n} backward pass{'es' if n != 1 else ''}" if not callable(n)
                else "one backward pass per step the prompt names")
     return Method(
         name=name or default,
         holds=lambda facts, args: facts["engine_runs"] == (n(*args) if callable(n) else n),
+        explain=lambda facts, args: (f"your answer ran {facts['engine_runs']} backward pass"
+                                     f"{'es' if facts['engine_runs'] != 1 else ''} (`backward()` or `torch.autograd.grad` "
+                                     f"calls); the prompt asks for {n(*args) if callable(n) else n}."),
         message=("your answer ran a different number of backward passes "
                  f"(`backward()` or `torch.autograd.grad` calls) than the prompt asks for{wanted}."),
-        tag="backward_calls")
+        tag="backward_calls", origin=None if callable(n) else _made("backward_calls", n=n, name=name))
+
+
+def no_autograd(*, name=None):
+    """No autograd at all: no backward pass, no forward-mode AD, no ``torch.func`` or ``torch.autograd.functional``."""
+    watched = _TORCH_FUNC + _FUNCTIONAL
+
+    def holds(facts):
+        return (facts["engine_runs"] == 0 and facts.get("backward_ops", 0) == 0
+                and facts.get("forward_ad", 0) == 0 and not _ran(facts, watched))
+
+    def explain(facts):
+        if facts.get("forward_ad", 0):
+            return ("your answer used forward-mode AD (`jvp`, `jacfwd` or dual tensors): that is autograd too; "
+                    "compute every gradient with the formulas instead.")
+        if _ran(facts, watched):
+            return "your answer used `torch.func` or `torch.autograd.functional`, which is autograd; compute every gradient with the formulas instead."
+        return None
+
+    return Method(
+        name=name or "a backward pass by hand (no autograd)",
+        holds=holds, explain=explain, watch=watched,
+        message=("your answer ran autograd (`backward()` or `torch.autograd.grad`); compute every gradient "
+                 "with the matrix formulas instead."),
+        tag="used_autograd", origin=_made("no_autograd", name=name))
+
+
+def no_forward_mode():
+    """No forward-mode AD: no dual tensors, ``jvp`` or ``jacfwd`` (each enters a dual level)."""
+    return Method(
+        name="reverse mode (no forward-mode AD)",
+        holds=lambda facts: facts.get("forward_ad", 0) == 0,
+        message=("your answer used forward-mode AD (`torch.func.jvp`, `jacfwd` or dual tensors of "
+                 "`torch.autograd.forward_ad`); the exercise is about the backward pass."),
+        tag="forward_mode", origin=_made("no_forward_mode"))
+
+
+def no_torch_func():
+    """No ``torch.func`` transform (``grad``, ``vjp``, ``jacrev``, ``jacfwd``, ``vmap``, ``hessian``, ...)."""
+    return Method(
+        name="plain autograd (no `torch.func`)",
+        holds=lambda facts: not _ran(facts, _TORCH_FUNC),
+        message="your answer used a `torch.func` transform; the exercise asks for `backward()` or `torch.autograd.grad`.",
+        tag="used_torch_func", watch=_TORCH_FUNC, origin=_made("no_torch_func"))
+
+
+def no_jacobian(max_numel=None, *, limit="square"):
+    """No Jacobian-sized tensor, in the forward or the backward.
+
+    ``max_numel``: a fixed limit; else ``limit="square"`` (less than n * n, n the size of the
+    largest tensor argument: the Jacobian of a map from n numbers to n numbers) or
+    ``limit="input"`` (no tensor larger than the largest argument: for a VJP with respect to
+    a weight matrix, whose Jacobian is smaller than n * n but larger than the weight).
+    """
+    if limit not in ("square", "input"):
+        raise ValueError("no_jacobian(limit=...) is 'square' or 'input'")
+
+    def holds(facts):
+        n = facts["largest_input_numel"]
+        if max_numel is not None:
+            bound = max_numel
+        elif limit == "input":
+            bound = n
+        else:
+            bound = n * n - 1 if n > 1 else float("inf")
+        return facts["largest_numel"] <= bound
+
+    size = f"more than {max_numel} elements" if max_numel is not None else "as many elements as a Jacobian"
+    return Method(
+        name="a vector-Jacobian product without building the Jacobian",
+        holds=holds,
+        message=(f"your answer built a tensor with {size} (a `jacobian`, `jacrev` or `vmap` over the outputs "
+                 "builds it); compute the product with `backward(v)` or `torch.autograd.grad(..., v)`, which "
+                 "never builds the Jacobian."),
+        tag="jacobian", sizes=True, origin=_made("no_jacobian", max_numel=max_numel, limit=limit))
+
+
+def own_function():
+    """A ``torch.autograd.Function`` of the answer's own, whose ``backward`` computes the derivative itself.
+
+    Fails an answer that is not a ``Function`` (``Softplus = F.softplus``), whose backward
+    never ran, or whose forward or backward calls autograd or one of PyTorch's derivative
+    kernels (``aten::*_backward``) instead of computing the derivative.
+    """
+    def holds(facts):
+        grad = facts.get("grad_phase") or {}
+        return (facts.get("answer_kind") == "autograd.Function" and grad.get("own_backward_ops", 0) > 0
+                and facts["engine_runs"] == 0 and grad.get("nested_engine_runs", 0) == 0
+                and grad.get("own_library_derivatives", 0) == 0 and facts.get("library_derivatives", 0) == 0)
+
+    def explain(facts):
+        grad = facts.get("grad_phase") or {}
+        if facts.get("answer_kind") != "autograd.Function":
+            return ("your answer is not a `torch.autograd.Function` of your own (a library function such as "
+                    "`F.softplus` already has PyTorch's backward): write `class ...(torch.autograd.Function)` "
+                    "with a `forward` and a `backward`.")
+        if facts["engine_runs"] or grad.get("nested_engine_runs", 0):
+            return ("your Function runs autograd (`backward()`, `torch.autograd.grad` or `torch.func`) to get "
+                    "its derivative: `backward` must compute it from what `forward` saved.")
+        if grad.get("own_library_derivatives", 0) or facts.get("library_derivatives", 0):
+            return ("your Function calls one of PyTorch's own derivative kernels (an `aten::*_backward` op); "
+                    "`backward` must compute the derivative with ordinary tensor operations.")
+        if not grad.get("own_backward_ops", 0):
+            return "your Function's `backward` did not run when the checker backpropagated through its output."
+        return None
+
+    return Method(
+        name="a custom `torch.autograd.Function` with its own backward",
+        holds=holds, explain=explain, grad_phase=True,
+        message="your answer's gradient does not come from a `backward` you wrote.",
+        tag="own_function", origin=_made("own_function"))
+
+
+# --- library code the prompt asks the student to replace -----------------------------------
+
+def no_library(*targets, name=None, tag="used_library", specs=None):
+    """None of ``targets`` may run: functions, classes, modules, builtins or aten ops (``tape.spec_of``).
+
+    ``no_library(F.softplus, "aten::softplus_backward", name="softplus written by hand")``.
+    A builtin such as ``F.softplus`` is a C function: name its aten op too, since a
+    Python caller can reach the kernel without the builtin (``torch.ops.aten.softplus``).
+    """
+    specs = tuple(specs) if specs is not None else tuple(spec_of(t) for t in targets)
+    shown = ", ".join(_shown(spec) for spec in specs)
+    return Method(
+        name=name or f"your own code (no {shown})",
+        holds=lambda facts: not _ran(facts, specs),
+        explain=lambda facts: "your answer " + "; ".join(f"{_shown(s)} {what}" for s, what in _ran(facts, specs)) + ".",
+        message=f"your answer used {shown}, which the prompt asks you to write yourself.",
+        tag=tag, watch=specs, origin=_made("no_library", name=name, tag=tag, specs=specs))
+
+
+_SAMPLER = ("code:torch.utils.data.distributed:DistributedSampler",)
+_SCALER = ("code:torch.amp.grad_scaler", "code:torch.cuda.amp.grad_scaler",
+           "op:aten::_amp_update_scale_", "op:aten::_amp_foreach_non_finite_check_and_unscale_")
+_OPTIMIZER = ("code:torch.optim", "code:torch.optim.optimizer:Optimizer")
 
 
 def no_distributed_sampler():
-    """The sharding is written by hand: no ``DistributedSampler`` may be built to compute it."""
+    """The sharding is written by hand: no ``DistributedSampler`` is built, copied, or has its code run."""
     return Method(
         name="sharding written by hand (no `DistributedSampler`)",
-        holds=lambda facts: facts.get("samplers_built", 0) == 0,
-        message=("your answer built a `DistributedSampler` and read its indices; the exercise asks you to "
-                 "compute them yourself, from the padding and the interleaving measured above."),
-        tag="used_sampler")
+        holds=lambda facts: facts.get("samplers_built", 0) == 0 and not _ran(facts, _SAMPLER),
+        message=("your answer used a `DistributedSampler` (built one, copied one, or ran its code); the exercise "
+                 "asks you to compute the indices yourself, from the padding and the interleaving measured above."),
+        tag="used_sampler", watch=_SAMPLER, origin=_made("no_distributed_sampler"))
 
 
 def no_grad_scaler():
-    """The scaler's rule is written by hand: no ``GradScaler`` may be built to compute it."""
+    """The scaler's rule is written by hand: no ``GradScaler`` code, object or kernel (``_amp_update_scale_``)."""
     return Method(
         name="the update rule written by hand (no `GradScaler`)",
-        holds=lambda facts: facts.get("scalers_built", 0) == 0,
-        message=("your answer built a `GradScaler` and read its scales; the exercise asks you to write its "
-                 "update rule yourself, from the skip-and-halve and grow-after-clean-steps behaviour measured above."),
-        tag="used_grad_scaler")
+        holds=lambda facts: facts.get("scalers_built", 0) == 0 and not _ran(facts, _SCALER),
+        explain=lambda facts: ("your answer " + "; ".join(f"{_shown(s)} {what}" for s, what in _ran(facts, _SCALER))
+                               + ". The exercise asks you to write the update rule yourself.") if _ran(facts, _SCALER) else None,
+        message=("your answer used a `GradScaler` (built one, copied one, ran its code or its kernel "
+                 "`torch._amp_update_scale_`); the exercise asks you to write its update rule yourself, from the "
+                 "skip-and-halve and grow-after-clean-steps behaviour measured above."),
+        tag="used_grad_scaler", watch=_SCALER, origin=_made("no_grad_scaler"))
 
+
+def no_optimizer():
+    """The update is written by hand: no ``torch.optim`` code (an optimizer's ``step``, its functional form)."""
+    return Method(
+        name="the update written by hand (no `torch.optim`)",
+        holds=lambda facts: not _ran(facts, _OPTIMIZER),
+        message=("your answer used `torch.optim` (an optimizer's `step`, or its functional form); the exercise "
+                 "asks you to write the update yourself."),
+        tag="used_optimizer", watch=_OPTIMIZER, origin=_made("no_optimizer"))
+
+
+# --- in-place updates, the tiny engine, checkpoints ---------------------------------------
 
 def no_data_attribute():
     """No write through ``.data``: a tensor argument must not change behind autograd's back."""
@@ -99,44 +335,84 @@ def no_data_attribute():
         message=("your answer changed a tensor without moving its version counter, which is what a write "
                  "through `.data` does; autograd cannot see such a write. Update it in place under "
                  "`torch.no_grad()` instead."),
-        tag="data_write")
-
-
-def no_jacobian(max_numel=None):
-    """No Jacobian-sized tensor: none with more than ``max_numel`` elements.
-
-    ``max_numel=None``: less than n * n, where n is the size of the largest tensor
-    argument (the Jacobian of a map from n numbers to n numbers has n * n).
-    """
-    def holds(facts):
-        n = facts["largest_input_numel"]
-        limit = max_numel if max_numel is not None else (n * n - 1 if n > 1 else float("inf"))
-        return facts["largest_numel"] <= limit
-    size = f"more than {max_numel} elements" if max_numel is not None else "as many elements as a full Jacobian"
-    return Method(
-        name="a vector-Jacobian product without building the Jacobian",
-        holds=holds,
-        message=(f"your answer built a tensor with {size}; compute the product with "
-                 "`backward(v)` or `torch.autograd.grad(..., v)`, which never builds the Jacobian."),
-        tag="jacobian", sizes=True)
+        tag="data_write", origin=_made("no_data_attribute"))
 
 
 def tiny_engine_op(op):
-    """The result comes out of the tiny engine, through a node of the answer's own labelled ``op``.
+    """The result comes out of the tiny engine, through a node of the answer's own.
 
     For every element of the tensor arguments, the tiny engine's ``Value.backward`` ran the
-    ``_backward`` of a distinct ``Value`` labelled ``op`` (``Value(t, (a,), op)``): a
-    derivative typed as a formula, or taken from a torch function, runs none.
+    ``_backward`` of a distinct ``Value`` whose ``_backward`` closure the answer wrote (not one
+    of the engine's own ops).  ``op`` is the node the prompt names (``"tanh"``): it words the
+    feedback; the label the answer gives its node is not judged.
     """
-    # The predicate's only free variable is ``op``: the release rebuilds it from this factory.
+    def explain(facts, args):
+        if not facts.get("tiny_engine_runs"):
+            return (f"your answer never called the tiny engine's `backward()`, so its numbers came from somewhere "
+                    f"else (a formula typed in, or a torch function). Build your `{op}` node as a `Value` and call "
+                    "`.backward()` on the tiny engine's result for each input.")
+        if facts.get("tiny_missing_backwards"):
+            return (f"your `{op}` node has no `_backward` of its own, so the engine ran the do-nothing default and "
+                    "no gradient went through it: define `_backward` and attach it with `out._backward = _backward`.")
+        return None
+
     return Method(
         name=f"the tiny engine's backward pass through your `{op}` node",
-        holds=lambda facts, args: facts["tiny_backwards"].get(op, 0) >= _elements(args),
-        message=(f"your answer did not run the tiny engine's `backward()` through a `Value` labelled "
-                 f"`'{op}'` for each input, so its numbers came from somewhere else (a formula typed in, or "
-                 f"a torch function), not from the engine. Build `out = Value(t, (a,), '{op}')` with its "
-                 "`_backward` closure, and call `.backward()` on the tiny engine's result for each input."),
-        tag="typed_formula")
+        holds=lambda facts, args: facts.get("tiny_own_backwards", 0) >= _elements(args),
+        explain=explain,
+        message=(f"your answer did not run the tiny engine's `backward()` through a `{op}` node of your own for "
+                 f"each input, so its numbers came from somewhere else. Build `out = Value(t, (a,), '{op}')` with "
+                 "its `_backward` closure, and call `.backward()` on the tiny engine's result for each input."),
+        tag="typed_formula", origin=_made("tiny_engine_op", op=op))
+
+
+_CHECKPOINT = "code:torch.utils.checkpoint:checkpoint"
+_REENTRANT = "code:torch.utils.checkpoint:CheckpointFunction"
+_RECOMPUTE = ("code:torch.utils.checkpoint:_checkpoint_without_reentrant_generator.<locals>.recompute_fn",
+              "code:torch.utils.checkpoint:_checkpoint_without_reentrant_generator_impl.<locals>.recompute_fn")
+
+
+def checkpoint_used(per="block", *, reentrant=False):
+    """``torch.utils.checkpoint.checkpoint`` ran once per block, and the backward recomputed through each.
+
+    ``per="block"``: one checkpoint per child of the first argument (a model); an ``int``: that
+    many.  The recomputations (counted in the backward the answer runs) prove the returned
+    result went through the checkpoints.  ``reentrant=False``: the reentrant variant is refused.
+    """
+    def wanted(args):
+        return per if isinstance(per, int) else _blocks(args[0])
+
+    def counts(facts):
+        ran = facts.get("ran", {})
+        return ran.get(_CHECKPOINT, 0), sum(ran.get(spec, 0) for spec in _RECOMPUTE), ran.get(_REENTRANT, 0)
+
+    def holds(facts, args):
+        calls, recomputed, reentrant_runs = counts(facts)
+        return calls == wanted(args) and (recomputed >= calls or reentrant) and (reentrant or not reentrant_runs)
+
+    def explain(facts, args):
+        calls, recomputed, reentrant_runs = counts(facts)
+        if calls != wanted(args):
+            return (f"your answer called `checkpoint` {calls} time{'s' if calls != 1 else ''}; the prompt asks for "
+                    f"one checkpoint per block ({wanted(args)} here).")
+        if reentrant_runs and not reentrant:
+            return "your answer used the reentrant checkpoint; use `use_reentrant=False`."
+        return (f"the backward recomputed {recomputed} of your {calls} checkpointed segments: the loss you "
+                "backpropagate and return must come from the checkpointed forward pass.")
+
+    return Method(
+        name="one checkpoint per block, recomputed in the backward",
+        holds=holds, explain=explain, watch=(_CHECKPOINT, _REENTRANT) + _RECOMPUTE,
+        message="your answer did not checkpoint each block once.",
+        tag="checkpoint", origin=_made("checkpoint_used", per=per, reentrant=reentrant))
+
+
+def _blocks(model):
+    """Blocks of a model recorded as a dict of its parameters: the distinct first parts of their names."""
+    if isinstance(model, dict):
+        names = [name.removeprefix("module.") for name in model]
+        return len({name.split(".")[0] for name in names if "." in name})
+    return len(model)
 
 
 def _elements(args):
@@ -150,3 +426,22 @@ def broken(methods, facts, args=()):
         if not method.kept(facts, args):
             return method
     return None
+
+
+def watch_specs(methods):
+    """Everything the tape must watch for ``methods``."""
+    return tuple(sorted({spec for method in methods for spec in method.watch}))
+
+
+def rebuild(origin):
+    """A ready-made method back from its ``origin`` (a student build's plain data)."""
+    factory, kwargs = origin
+    if factory not in FACTORIES:
+        raise ValueError(f"unknown method factory {factory!r}")
+    return FACTORIES[factory](**kwargs)
+
+
+FACTORIES = {function.__name__: function for function in (
+    uses_autograd, backward_calls, no_autograd, no_forward_mode, no_torch_func, no_jacobian, own_function,
+    no_library, no_distributed_sampler, no_grad_scaler, no_optimizer, no_data_attribute, tiny_engine_op,
+    checkpoint_used)}

@@ -55,7 +55,11 @@ def reference_records(exercise, seeds):
         key = (exercise.id, seed)
         if key not in _reference_cache:
             answer = exercise.reference() if exercise.kind == "value" else exercise.reference
-            _reference_cache[key] = observe(exercise, answer, seed)
+            # Only the student's warnings and facts are ever judged; the reference's would tell a release's
+            # reader its source lines (warnings quote them) and its recipe (the ops it ran).
+            record = observe(exercise, answer, seed)
+            record.pop("facts", None)
+            _reference_cache[key] = dict(record, warnings=[])
         records[seed] = _reference_cache[key]
     return records
 
@@ -93,9 +97,11 @@ def _observe_public(exercise, answer, timeout):
 
 
 def hint(exercise_id):
-    """The next hint for the exercise (the last one again once all are shown)."""
+    """The next hint for the exercise (the last one again once all are shown); none in graded mode."""
     exercise = get(exercise_id)
     total = len(exercise.hints)
+    if grading_mode():
+        return Hint(exercise_id, 0, total, "", reason="hints are turned off while the assignment is graded.")
     if total == 0:
         return Hint(exercise_id, 0, 0, "")
     number = min(_hints_shown.get(exercise_id, 0) + 1, total)

@@ -10,8 +10,12 @@ import os
 
 import torch
 
+from . import untouched
 from .facts import watch
+from .methods import watch_specs
+from .tape import Tape
 from .hermetic import TimedOut, deadline, isolated
+from .origin import first_paragraph, student_frame, where
 from .records import clean_text, encode, unique_capped
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
@@ -33,6 +37,7 @@ def observe(exercise, answer, seed, *, timeout=None):
     if exercise.kind == "value":
         _observe_value(record, answer)
         return record
+    record["touched"] = []
     args = tuple(exercise.inputs(seed, hidden))
     record["inputs"] = [encode(arg) for arg in args]
     with isolated(seed) as sandbox:
@@ -67,11 +72,15 @@ def _run_function(record, exercise, answer, args, seed, timeout):
         record["error"] = (f"TypeError: expected a function named {exercise.answer_name}, "
                            f"got {type(answer).__name__}")
         return
+    before = untouched.snapshot(args)
     try:
         with deadline(timeout) as timer:
-            output = _call(record, exercise, function, args)
-            if "grad" in exercise.compare:
-                record.update(_input_grads(output, args, seed))
+            output = _call(record, exercise, answer, function, args)
+            record["touched"] = untouched.changes(before)
+            if "grad" in exercise.compare or _needs_grad_phase(exercise):
+                grads = _grad_phase(record, exercise, answer, output, args, seed)
+                if "grad" in exercise.compare:
+                    record.update(grads)
             timer.stop()
     except TimedOut:
         record["status"] = "timed out"
@@ -90,19 +99,58 @@ def _run_function(record, exercise, answer, args, seed, timeout):
         record["args_after"] = [encode(arg) for arg in args]
 
 
-def _call(record, exercise, function, args):
-    """``function(*args)``; for an exercise with a ``method``, its facts go into ``record["facts"]``."""
+def _call(record, exercise, answer, function, args):
+    """``function(*args)``; for an exercise with a ``method``, the tape's facts go into ``record["facts"]``."""
     if not exercise.method:
         return function(*args)
-    with watch(flat_tensors(args), sizes=any(m.sizes for m in exercise.method)) as watched:
+    with watch(flat_tensors(args), watchlist=watch_specs(exercise.method), answer=answer) as watched:
         output = function(*args)
+        watched.returned(output)
     record["facts"] = watched.facts
     return output
 
 
+def _needs_grad_phase(exercise):
+    return any(method.grad_phase for method in exercise.method)
+
+
+def _grad_phase(record, exercise, answer, output, args, seed):
+    """The input gradients; for a method that asks, the tape of that backward in ``facts["grad_phase"]``."""
+    if not _needs_grad_phase(exercise):
+        return _input_grads(output, args, seed)
+    own = answer if isinstance(answer, type) and issubclass(answer, torch.autograd.Function) else None
+    with Tape((), own=own) as tape:
+        grads = _input_grads(output, args, seed)
+    record["facts"]["grad_phase"] = {key: value for key, value in tape.facts().items()
+                                     if key in ("engine_runs", "nested_engine_runs", "backward_ops",
+                                                "own_backward_ops", "own_library_derivatives", "library_derivatives",
+                                                "escapes", "tape_intact")}
+    return grads
+
+
 def _record_error(record, error):
     record["status"] = "error"
-    record["error"] = f"{type(error).__name__}: {clean_text(error)}".rstrip(": ")
+    record["error"] = describe_error(error)
+
+
+def describe_error(error):
+    """``Type: message (in `f`, line 4: `code`)``, and the error it was raised while handling.
+
+    The line is the student's own (``origin``), never one inside torch: an ``IndexError``
+    raised while handling autograd's ``RuntimeError`` names both, since the first is
+    usually the cause.
+    """
+    text = _one_error(error)
+    cause = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+    if cause is not None and cause is not error:
+        text += f"; raised while handling {_one_error(cause)}"
+    return clean_text(text, limit=600)
+
+
+def _one_error(error):
+    text = f"{type(error).__name__}: {first_paragraph(error)}".rstrip(": ")
+    frame = student_frame(error.__traceback__)
+    return text + (where(*frame) if frame else "")
 
 
 def _raised_by_stub(error):

@@ -9,12 +9,17 @@ file per notebook holding, per exercise,
 * the public inputs, pickled per public seed (each check loads a fresh copy,
   because answers may change their arguments);
 * the reference's records on the public seeds, computed at release time.  For a
-  value exercise (a prediction) the expected value is replaced by salted hashes
-  of its entries (``hashed``), so the file does not say what the answer is;
-* each misconception reduced to data: a ``claims(key, value)`` detector keeps its
-  key and value; any other detector is replaced by the records of the bank's
-  wrong answer with that tag on the public seeds (a *fingerprint*): an answer
-  whose records match it is named with that misconception.
+  value exercise (a prediction) the expected value is replaced by its *form*
+  (``forms``: the keys, the length, each entry's kind), so the file does not say
+  what the answer is, and ``check`` says the prediction is graded when submitted;
+* each misconception of a function exercise reduced to data: a ``claims(key,
+  value)`` detector keeps its key and value; any other detector is replaced by the
+  records of the bank's wrong answer with that tag on the public seeds (a
+  *fingerprint*): an answer whose records match it is named with that
+  misconception.  A prediction's misconceptions do not ship (they would name
+  entries of its key);
+* each method as its factory and plain arguments (``methods.rebuild``), so the
+  tape records in a grading kernel exactly what the grader judges.
 
 What the student build cannot do that self-study can, and why, is in
 ``docs/instructors.md`` ("What `check()` can diagnose in a release").
@@ -27,7 +32,6 @@ import torch
 
 from .compare import Tolerance, compare_values
 from .detectors import claims
-from .hashed import compare_hashed
 from .observe import flat_tensors
 from .records import decode, encode
 from .registry import Exercise, Misconception
@@ -45,9 +49,6 @@ def fingerprint_detector(exercise_kind, compare, tolerance, prints):
     tolerance = Tolerance(*tolerance)
 
     def detect(student, reference, args, *, student_run):
-        if exercise_kind == "value":
-            record = encode(student)
-            return any(compare_hashed(record, fp["output"], "answer") is None for fp in prints)
         return any(_same_run(student_run, fp, compare, tolerance) for fp in prints)
     detect.__qualname__ = "fingerprint"
     return detect
@@ -137,7 +138,7 @@ def method_from(item):
     from . import methods
 
     if "factory" in item:
-        return getattr(methods, item["factory"])(**item["kwargs"])
+        return methods.rebuild((item["factory"], item["kwargs"]))
     holds = eval(item["lambda"], {"__builtins__": {}})  # our own release's text: a lambda on facts only
     return methods.Method(name=item["name"], holds=holds, message=item["message"], tag=item["tag"],
                           sizes=item["sizes"])

@@ -4,6 +4,7 @@ Which exercises get registered, the repository's solutions or a student build's
 public data, is ``catalog``'s business.
 """
 
+import inspect
 import re
 import sys
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ from typing import Any, Callable, Optional
 
 from .detectors import validate_detector
 from .methods import Method
+from .untouched import normalise as normalise_modifies
 
 COMPARE_KINDS = ("value", "state", "args", "grad")
 KINDS = ("function", "value")
@@ -74,6 +76,7 @@ class Exercise:
     setup: Optional[Callable[[], dict]] = None
     experiment: Optional[Callable[[], Any]] = None  # value exercises: measures the key (contracts §5)
     method: Any = ()  # a Method or a tuple of them (``checking/methods.py``)
+    modifies: Any = ()  # arguments the answer must change in place: names, indices, "name:grad" (``untouched.py``)
     checked_numbers: dict = field(default_factory=dict, compare=False)  # {"6": lambda key: key["C"]}
     module: str = field(default="", compare=False)
 
@@ -89,12 +92,28 @@ class Exercise:
             object.__setattr__(self, "hidden_seeds", hidden)
         for name in ("public_seeds", "hidden_seeds", "hints", "compare", "misconceptions", "wrong_answers", "method"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
+        try:
+            object.__setattr__(self, "modifies", normalise_modifies(self.modifies, self.parameter_names()))
+        except ValueError as error:
+            raise ValueError(f"Exercise {self.id}: {error}") from None
         if set(self.public_seeds) & set(self.hidden_seeds):
             raise ValueError(f"Exercise {self.id}: a seed cannot be both public and hidden; "
                              f"got public {self.public_seeds} and hidden {self.hidden_seeds}.")
 
     def is_hidden(self, seed):
         return seed in self.hidden_seeds
+
+    def parameter_names(self):
+        """The reference's parameter names (an ``autograd.Function``'s ``forward`` without ``ctx``), or ``[]``."""
+        function = self.reference
+        if isinstance(function, type):
+            function = getattr(function, "forward", None)
+        try:
+            parameters = list(inspect.signature(function).parameters.values())
+        except (TypeError, ValueError):
+            return []
+        names = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        return names[1:] if isinstance(self.reference, type) else names
 
 
 def _validate(exercise):
@@ -129,6 +148,9 @@ def _validate(exercise):
         raise TypeError(f"{where}: method must be a Method (for example uses_autograd()) or a tuple of them.")
     if exercise.method and exercise.kind != "function":
         raise ValueError(f"{where}: method= applies to function exercises (a value is typed, not computed).")
+    if "args" in exercise.compare and not exercise.modifies:
+        raise ValueError(f"{where}: compare 'args' judges what the answer changes in its arguments: say which it "
+                         "may change with modifies=('params',) (an argument's name), or modifies='all'.")
     if exercise.experiment is not None and not callable(exercise.experiment):
         raise TypeError(f"{where}: experiment must be a zero-argument function that measures the key.")
     for item in exercise.misconceptions:

@@ -34,7 +34,7 @@ import nbformat
 import torch
 
 from autograd_lab.checking.observe import flat_tensors
-from autograd_lab.checking.hashed import hash_record
+from autograd_lab.checking.forms import form_record
 from autograd_lab.checking.records import readable_grad
 
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -196,7 +196,7 @@ def public_spec(exercise, salt):
     meta["hidden_count"] = len(exercise.hidden_seeds)
     records = checking.reference_records(exercise, exercise.public_seeds)
     if exercise.kind == "value":
-        records = {seed: dict(record, output=hash_record(record["output"], salt)) for seed, record in records.items()}
+        records = {seed: dict(record, output=form_record(record["output"])) for seed, record in records.items()}
     return {
         "meta": meta,
         "records": {int(seed): record for seed, record in records.items()},
@@ -324,7 +324,7 @@ def _fingerprints(exercise, tag, salt):
             if record["status"] != "ok":
                 continue
             if exercise.kind == "value":
-                prints.append({"output": hash_record(record["output"], salt)})
+                prints.append({"output": form_record(record["output"])})
             else:
                 prints.append({key: record.get(key) for key in ("output", "args_after", "input_grads")})
     return prints

@@ -1,0 +1,477 @@
+"""The tape: what actually ran while an answer was called, recorded by the checker around the call.
+
+Three recorders, each seeing what the others cannot:
+
+* a ``TorchDispatchMode`` sees every aten op that ran, however it was reached (an
+  alias, a copy of a function, ``torch.ops.aten...`` or a private kernel all dispatch
+  the same op); ``torch._C._current_autograd_node()`` tells which ran inside the
+  autograd engine's backward, and of which node; it follows where the engine's
+  results went (a tensor computed from one is an *engine product*) and the largest
+  tensor any op produced;
+* a stand-in for the engine object that ``Tensor.backward``, ``torch.autograd.backward``
+  and ``torch.autograd.grad`` call (and ``torch.func``'s ``grad``, ``vjp`` and ``jacrev``,
+  which are built on them) counts backward passes and the passes started inside one;
+* a profile hook (``sys.setprofile``) sees every Python function and C builtin called in
+  this thread.  A function is recognised by its code object, so an alias, a copy
+  (``types.FunctionType(f.__code__, ...)``) or a recompiled copy of its source is the
+  same function; a method that runs on an object made by ``object.__new__`` or
+  ``copy.deepcopy`` is still that method.  It also sees forward-mode AD levels entered
+  (``torch._C._enter_dual_level``: ``jvp``, ``jacfwd`` and dual tensors all need one),
+  threads and processes started, and the recorders being switched off.
+
+What it cannot see is listed in ``docs/authoring-exercises.md`` ("What the tape cannot
+see"): code run in another thread or process (recorded as an *escape*), and code written
+on purpose to rewrite the recorders inside the same process.
+
+A *watch spec* is plain text, so that it travels in a student build:
+``"op:aten::softplus_backward"`` (an aten op), ``"code:torch.optim"`` (every function
+and method defined in a package), ``"code:torch.amp.grad_scaler:GradScaler"`` (a class:
+all its methods), ``"code:torch.utils.checkpoint:checkpoint"`` (one function, or a
+nested one by its qualified name), ``"code:torch._C:_enter_dual_level"`` (a builtin).
+"""
+
+import collections
+import copy
+import gc
+import importlib
+import sys
+import threading
+import types
+
+import torch
+from torch.autograd.variable import Variable
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
+
+MAX_NAMES = 64          # distinct op names kept per table: a record stays small whatever ran
+_COPY_MIN_NAMES = 8     # a recompiled copy is matched by its names only when they say something
+
+
+# --- what to watch: specs resolved to live objects ------------------------------------------
+
+def spec_of(thing):
+    """The watch spec of a module, class, function, builtin, aten op or spec text."""
+    if isinstance(thing, str):
+        if thing.startswith(("op:", "code:")):
+            return thing
+        if "::" in thing:
+            return f"op:{thing}"
+        return f"code:{thing}"
+    if isinstance(thing, torch._ops.OpOverloadPacket):
+        return f"op:{thing._qualified_op_name}"
+    if isinstance(thing, torch._ops.OpOverload):
+        return f"op:{thing._schema.name}"
+    if isinstance(thing, types.ModuleType):
+        return f"code:{thing.__name__}"
+    if isinstance(thing, types.BuiltinFunctionType):
+        module = getattr(thing, "__module__", None) or getattr(getattr(thing, "__self__", None), "__name__", None)
+        if module is None or not isinstance(module, str):
+            raise ValueError(f"cannot name the builtin {thing!r}: give its spec as 'code:module:name'")
+        return f"code:{module}:{thing.__name__}"
+    thing = _innermost(thing)
+    if isinstance(thing, (type, types.FunctionType)):
+        return f"code:{thing.__module__}:{thing.__qualname__}"
+    raise TypeError(f"cannot watch {thing!r}: give a module, class, function, builtin, aten op or spec text")
+
+
+def _innermost(function):
+    while hasattr(function, "__wrapped__"):
+        function = function.__wrapped__
+    return function
+
+
+class Watchlist:
+    """Specs resolved once per process: code objects, builtins, classes and op names to count."""
+
+    _cache = {}
+
+    def __init__(self, specs):
+        self.specs = tuple(sorted(set(specs)))
+        self.code = {}          # id(code) -> [spec]
+        self.copies = {}        # co_name -> [(signature, spec)]: copies recompiled from the source
+        self.builtins = {}      # id(builtin) -> [spec]
+        self.classes = {}       # class -> spec
+        self.ops = {}           # "aten::name" -> spec
+        self._keep = []         # the watched objects stay alive, so their ids stay theirs
+        for spec in self.specs:
+            self._add(spec)
+
+    @classmethod
+    def of(cls, specs):
+        key = tuple(sorted(set(specs)))
+        if key not in cls._cache:
+            cls._cache[key] = cls(key)
+        return cls._cache[key]
+
+    def _add(self, spec):
+        kind, _, target = spec.partition(":")
+        if kind == "op":
+            self.ops[target] = spec
+            return
+        if kind != "code":
+            raise ValueError(f"unknown watch spec {spec!r}: it starts with 'op:' or 'code:'")
+        module_name, _, qualname = target.partition(":")
+        for thing in _resolve(module_name, qualname):
+            if isinstance(thing, types.BuiltinFunctionType):
+                self.builtins.setdefault(id(thing), []).append(spec)
+                self._keep.append(thing)
+                continue
+            if isinstance(thing, type) and qualname:   # a class named by the spec: its objects are watched too
+                self.classes[thing] = spec
+            for code in _code_objects(thing):
+                self.code.setdefault(id(code), []).append(spec)
+                self._keep.append(code)
+                if len(code.co_names) + len(code.co_varnames) >= _COPY_MIN_NAMES:
+                    self.copies.setdefault(code.co_name, []).append((_signature(code), spec))
+
+
+def _resolve(module_name, qualname):
+    """The live objects a spec names (a package: every module of it that is imported or importable)."""
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        return []                       # not in this torch: nothing of it can run either
+    if qualname:
+        return _by_qualname(module, qualname)
+    modules = [m for name, m in list(sys.modules.items())
+               if m is not None and (name == module_name or name.startswith(module_name + "."))]
+    found = []
+    for each in modules:
+        found += [value for value in list(vars(each).values())
+                  if isinstance(value, (type, types.FunctionType)) and getattr(value, "__module__", None) == each.__name__]
+    return found
+
+
+def _by_qualname(module, qualname):
+    thing = module
+    for part in qualname.split("."):
+        if part == "<locals>":          # a nested function: found by its code's qualified name
+            return _nested(module, qualname)
+        thing = getattr(thing, part, None)
+        if thing is None:
+            return []
+    return [_innermost(thing)]
+
+
+def _nested(module, qualname):
+    outer = qualname.split(".<locals>.")[0]
+    found = [code for thing in _by_qualname(module, outer) for code in _code_objects(thing)
+             if getattr(code, "co_qualname", code.co_name) == qualname or
+             (not hasattr(code, "co_qualname") and code.co_name == qualname.rsplit(".", 1)[-1])]
+    return [types.FunctionType(code, {}) for code in found]   # wrapped so _code_objects sees them
+
+
+def _signature(code):
+    """What a copy recompiled from a function's source keeps (its bytecode may differ between compilers)."""
+    consts = tuple(c for c in code.co_consts if not isinstance(c, types.CodeType))
+    return code.co_argcount, code.co_varnames, code.co_names, consts
+
+
+def _code_objects(thing):
+    """Every code object of a function or class (methods, properties, nested functions)."""
+    if isinstance(thing, types.FunctionType):
+        roots = [_innermost(thing).__code__]
+    elif isinstance(thing, type):
+        roots = []
+        for value in vars(thing).values():
+            value = getattr(value, "__func__", value)                 # staticmethod, classmethod
+            if isinstance(value, property):
+                roots += [f.__code__ for f in (value.fget, value.fset, value.fdel) if isinstance(f, types.FunctionType)]
+            elif isinstance(value, types.FunctionType):
+                inner = _innermost(value)
+                if inner.__code__.co_filename == value.__code__.co_filename or inner is value:
+                    roots.append(inner.__code__)
+    else:
+        return []
+    found, stack = [], list(roots)
+    while stack:
+        code = stack.pop()
+        found.append(code)
+        stack += [const for const in code.co_consts if isinstance(const, types.CodeType)]
+    return found
+
+
+# --- the dispatch mode ------------------------------------------------------------------
+
+class _Ops(TorchDispatchMode):
+    """Counts the aten ops that ran, inside or outside the engine, and follows the engine's products."""
+
+    @classmethod
+    def _should_skip_dynamo(cls):
+        # torch >= 2.13 wraps a mode's __torch_dispatch__ to keep torch.compile out of it, and the
+        # wrapper imports torch._dynamo on first use (2 to 6 s): nothing compiles under this mode.
+        return False
+
+    def __init__(self, tape):
+        super().__init__()
+        self.tape = tape
+
+    def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        node = torch._C._current_autograd_node()
+        out = func(*args, **kwargs)
+        tape = self.tape
+        name = tape.op_name(func)
+        outputs = _tensors(out)
+        if node is not None:
+            tape.count(tape.backward_ops, name)
+            tape.taint(outputs)
+            if tape.own is not None and getattr(node, "_forward_cls", None) is tape.own:
+                tape.own_backward_ops += 1
+                tape.own_library_derivatives += name.endswith("_backward")
+        else:
+            tape.count(tape.ops, name)
+            if tape.tainted and any(tape.is_tainted(t) for t in _tensors((args, kwargs))):
+                tape.taint(outputs)
+        spec = tape.watchlist.ops.get(name)
+        if spec is not None:
+            tape.ran[spec] += 1
+        if name.endswith("_backward") and not name.startswith("aten::_amp"):
+            tape.library_derivatives += 1
+        for tensor in outputs:
+            tape.largest = max(tape.largest, tensor.numel())
+        return out
+
+
+def _tensors(value):
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in _tensors(item)]
+    if isinstance(value, dict):
+        return [t for item in value.values() for t in _tensors(item)]
+    return []
+
+
+def _storage_key(tensor):
+    try:
+        storage = tensor.untyped_storage()
+    except (RuntimeError, NotImplementedError, TypeError):   # sparse and other layouts without one
+        return None
+    return storage._cdata, storage
+
+
+# --- the engine stand-in ----------------------------------------------------------------
+
+class _CountingEngine:
+    """Stands in for ``Variable._execution_engine``: counts backward passes, delegates the rest."""
+
+    def __init__(self, engine, tape):
+        self._engine, self._tape = engine, tape
+
+    def run_backward(self, *args, **kwargs):
+        tape = self._tape
+        tape.engine_runs += 1
+        if tape.engine_depth:
+            tape.nested_engine_runs += 1
+        tape.engine_depth += 1
+        try:
+            result = self._engine.run_backward(*args, **kwargs)
+        finally:
+            tape.engine_depth -= 1
+        tape.taint(_tensors(result))            # torch.autograd.grad's results
+        return result
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+
+# --- the profile hook -------------------------------------------------------------------
+
+def _builtins(names):
+    found = {}
+    for dotted in names:
+        module_name, _, attribute = dotted.rpartition(".")
+        module = sys.modules.get(module_name)
+        thing = getattr(module, attribute, None) if module is not None else None
+        if thing is not None:
+            found[id(thing)] = (dotted, thing)
+    return found
+
+
+_ESCAPES = _builtins(["_thread.start_new_thread", "_thread.start_joinable_thread", "os.fork", "os.forkpty",
+                      "os.posix_spawn", "os.posix_spawnp", "os.system", "os.execv", "os.execve",
+                      "_posixsubprocess.fork_exec"])
+_SWITCH_OFFS = _builtins(["sys.setprofile", "torch._C._pop_torch_dispatch_stack", "torch._C._unset_dispatch_mode",
+                          "torch._C._set_dispatch_mode"])
+_GC_CALLS = _builtins(["gc.collect", "gc.enable", "gc.freeze"])   # would hide the objects the call made
+_DUAL_LEVELS = _builtins(["torch._C._enter_dual_level"])
+_COPIES = {id(copy.deepcopy.__code__), id(copy.copy.__code__)}
+
+
+class Tape:
+    """One call's recorders; ``facts()`` is the plain record.  Use as a context manager."""
+
+    def __init__(self, watch=(), *, own=None):
+        self.watchlist = Watchlist.of(watch)
+        self.own = own                          # an autograd.Function subclass: its backward is "own"
+        self.ops, self.backward_ops = collections.Counter(), collections.Counter()
+        self.ran, self.copied = collections.Counter(), collections.Counter()
+        self.engine_runs = self.nested_engine_runs = self.engine_depth = 0
+        self.own_backward_ops = self.own_library_derivatives = self.library_derivatives = self.largest = 0
+        self.dual_levels = 0
+        self.escapes, self.switched_off = [], []
+        self.tainted, self._names = {}, {}
+        self.intact, self.new_instances, self._young, self._chained = True, collections.Counter(), None, None
+
+    # dispatch-mode helpers (called per op: kept short)
+    def op_name(self, func):
+        name = self._names.get(func)
+        if name is None:
+            name = self._names[func] = func._schema.name
+        return name
+
+    @staticmethod
+    def count(table, name):
+        if name in table or len(table) < MAX_NAMES:
+            table[name] += 1
+
+    def taint(self, tensors):
+        for tensor in tensors:
+            key = _storage_key(tensor)
+            if key is not None:
+                self.tainted[key[0]] = key[1]   # the storage is kept alive: its address stays its own
+
+    def is_tainted(self, tensor):
+        key = _storage_key(tensor)
+        return key is not None and key[0] in self.tainted
+
+    # the profile hook (called per Python call and C call in this thread: the common path is two lookups)
+    def _profile(self, frame, event, arg):
+        if event == "c_call":
+            if id(arg) in self._builtins:
+                self._safely(self._saw_builtin, id(arg))
+        elif event == "call":
+            code = frame.f_code
+            if id(code) in self._codes or code.co_name in self.watchlist.copies:
+                self._safely(self._saw_code, frame, code)
+        if self._chained is not None:
+            self._chained(frame, event, arg)
+
+    def _safely(self, see, *args):
+        try:
+            see(*args)
+        except Exception:       # a profile hook that raises would break the answer: record and go on
+            self.switched_off.append("the tape's profile hook failed")
+
+    def _saw_code(self, frame, code):
+        key = id(code)
+        specs = self.watchlist.code.get(key)
+        if specs is None and code.co_name in self.watchlist.copies:
+            mark = _signature(code)
+            specs = [spec for signature, spec in self.watchlist.copies[code.co_name] if signature == mark]
+        for spec in specs or ():
+            self.ran[spec] += 1
+        if key in _COPIES and self.watchlist.classes:
+            original = frame.f_locals.get("x")
+            for cls, spec in self.watchlist.classes.items():
+                if isinstance(original, cls):
+                    self.copied[spec] += 1
+
+    def _saw_builtin(self, key):
+        for spec in self.watchlist.builtins.get(key, ()):
+            self.ran[spec] += 1
+        if key in _DUAL_LEVELS:
+            self.dual_levels += 1
+        elif key in _ESCAPES:
+            self.escapes.append(_ESCAPES[key][0])
+        elif key in _SWITCH_OFFS:
+            self.switched_off.append(_SWITCH_OFFS[key][0])
+        elif key in _GC_CALLS and self._young is not None:
+            self.switched_off.append(_GC_CALLS[key][0])
+
+    # entering and leaving
+    def __enter__(self):
+        self._young = None
+        if self.watchlist.classes:
+            # Objects made during the call stay in the collector's youngest generation while it is
+            # paused: a scan of that generation, not of every object, finds them (``_new_instances``).
+            gc.collect(0)
+            self._young = gc.isenabled()
+            gc.disable()
+        self._engine = Variable._execution_engine
+        self._counter = _CountingEngine(self._engine, self)
+        Variable._execution_engine = self._counter
+        self._previous_profile = sys.getprofile()
+        # A profiler in C (cProfile) is not callable from Python: it is restored afterwards, not chained.
+        self._chained = self._previous_profile if isinstance(self._previous_profile, types.FunctionType) else None
+        self._previous_thread_profile = threading.getprofile() if hasattr(threading, "getprofile") else None
+        self._codes = set(self.watchlist.code) | (_COPIES if self.watchlist.classes else set())
+        self._builtins = set(self.watchlist.builtins) | set(_DUAL_LEVELS) | set(_ESCAPES) | set(_SWITCH_OFFS) | (
+            set(_GC_CALLS) if self._young is not None else set())
+        self._mode = _Ops(self)
+        self._mode.__enter__()
+        sys.setprofile(self._profile)
+        threading.setprofile(self._profile)     # threads started with `threading` are seen too
+        return self
+
+    def __exit__(self, *exc_info):
+        intact = sys.getprofile() == self._profile and not self.switched_off   # before our own setprofile call
+        sys.setprofile(self._previous_profile)
+        threading.setprofile(self._previous_thread_profile)
+        stack = _get_current_dispatch_mode_stack()
+        intact = intact and bool(stack) and stack[-1] is self._mode
+        if self._mode in stack:
+            while _get_current_dispatch_mode_stack() and _get_current_dispatch_mode_stack()[-1] is not self._mode:
+                torch._C._pop_torch_dispatch_stack()   # a mode the answer left open
+            self._mode.__exit__(None, None, None)
+        intact = intact and Variable._execution_engine is self._counter
+        Variable._execution_engine = self._engine
+        self.intact = intact
+        self.new_instances = self._new_instances()
+        return False
+
+    def _new_instances(self):
+        """Objects of the watched classes (and subclasses) made during the call, however they were made."""
+        counts = collections.Counter()
+        if self._young is None:
+            return counts
+        classes = tuple(_with_subclasses(self.watchlist.classes))
+        for instance in gc.get_objects(0):
+            if isinstance(instance, classes) and not isinstance(instance, type):
+                for cls, spec in self.watchlist.classes.items():
+                    if isinstance(instance, cls):
+                        counts[spec] += 1
+        if self._young:
+            gc.enable()
+        return counts
+
+    def output_from_engine(self, output):
+        """Whether every floating-point tensor returned was computed from what the engine produced.
+
+        ``None`` when the output holds no floating-point tensor.
+        """
+        tensors = [t for t in _tensors(output) if t.is_floating_point() or t.is_complex()]
+        if not tensors:
+            return None
+        return all(self.is_tainted(t) for t in tensors)
+
+    def facts(self):
+        """The plain record of what ran (see ``facts.FACTS``)."""
+        return {
+            "engine_runs": self.engine_runs,
+            "nested_engine_runs": self.nested_engine_runs,
+            "backward_ops": sum(self.backward_ops.values()),
+            "forward_ad": self.dual_levels,
+            "ops": dict(self.ops),
+            "backward_op_names": dict(self.backward_ops),
+            "library_derivatives": self.library_derivatives,
+            "own_backward_ops": self.own_backward_ops,
+            "own_library_derivatives": self.own_library_derivatives,
+            "largest_numel": self.largest,
+            "ran": {spec: self.ran[spec] for spec in self.watchlist.specs if self.ran[spec]},
+            "copied": dict(self.copied),
+            "instances": dict(self.new_instances),
+            "escapes": sorted(set(self.escapes)),
+            "tape_intact": self.intact,
+        }
+
+
+def _with_subclasses(classes):
+    found, stack = [], list(classes)
+    while stack:
+        cls = stack.pop()
+        if cls not in found:
+            found.append(cls)
+            stack += cls.__subclasses__()
+    return found
+
