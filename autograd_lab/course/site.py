@@ -47,9 +47,10 @@ TEMPLATE_DIR = Path(__file__).parent / "site_template"
 MATHJAX_DIR = Path(jupyter_server_mathjax.__file__).parent / "static"
 # jupyter-server-mathjax bundles this one combined configuration (and Safe).
 MATHJAX_URL = "mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full,Safe"
-# A static page cannot run the trace_backward slider (it needs a live kernel); with
-# ipywidgets hidden the trace shows its frames one after another instead.
-STATIC_KERNEL = ["--IPKernelApp.exec_lines=import sys; sys.modules['ipywidgets'] = None"]
+# A static page cannot run a widget (the trace_backward slider needs a live kernel), so
+# the page shows what a saved notebook shows: the plain picture the trace keeps beside
+# its slider.  Widget outputs are dropped after execution (WIDGET_VIEW).
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 STYLE = """
 body { margin: 0; }
@@ -85,16 +86,25 @@ def execute(path):
         # Local IPC sockets instead of TCP ports: private, and ipykernel has nothing to warn about.
         manager = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(sockets, "kernel"))
         manager.connection_file = os.path.join(sockets, "connection.json")
-        client = NotebookClient(notebook, km=manager, timeout=CELL_TIMEOUT_S, extra_arguments=STATIC_KERNEL,
+        client = NotebookClient(notebook, km=manager, timeout=CELL_TIMEOUT_S,
                                 resources={"metadata": {"path": str(path.parent)}})
         try:
             client.execute()
-            return notebook, None
+            return without_widgets(notebook), None
         except CellExecutionError as error:
-            return notebook, str(error).splitlines()[0] if str(error) else "a cell failed"
+            return without_widgets(notebook), str(error).splitlines()[0] if str(error) else "a cell failed"
         finally:
             if manager.has_kernel:
                 manager.shutdown_kernel(now=True)
+
+
+def without_widgets(notebook):
+    """Drop the outputs a static page cannot show: live widgets (their text is "VBox(children=...)")."""
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            cell.outputs = [o for o in cell.outputs if WIDGET_VIEW not in o.get("data", {})]
+    notebook.metadata.pop("widgets", None)
+    return notebook
 
 
 def title_of(notebook, fallback):
