@@ -249,7 +249,7 @@ def _static_note(key, steps):
                         ".jupyter-widgets:not(:has(*)) {display: none}")
     return (f'<div id="{key}" class="autograd-lab-trace-static"><style>{hide_widget_note}</style>'
             f"<p>The backward pass, all {steps} steps at once: each node carries the number of the step "
-            "that ran it (#k), each edge the gradient it sent. Run the cell again to step through it "
+            "that ran it (#k), each edge the gradient it sent. Run the cell in JupyterLab to step through it "
             "with a slider.</p></div>")
 
 
