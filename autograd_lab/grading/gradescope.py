@@ -57,7 +57,7 @@ KEY = "release.key"
 RUN_AUTOGRADER = """#!/usr/bin/env bash
 # Gradescope runs this as root for every upload. It always leaves results/results.json behind.
 ROOT="${AUTOGRADER_ROOT:-/autograder}"
-PYTHON="${AUTOGRADER_PYTHON:-$ROOT/venv/bin/python}"
+PYTHON="${AUTOGRADER_PYTHON:-${AUTOGRADER_VENV:-$ROOT/venv}/bin/python}"
 mkdir -p "$ROOT/results"
 rm -f "$ROOT/results/results.json"
 # The student's kernel runs as an unprivileged user: none of this is readable by it.
@@ -68,7 +68,7 @@ AUTOGRAD_LAB_RELEASE_KEY="$ROOT/source/release.key" PYTHONPATH="$ROOT/source/pac
     "$PYTHON" -m autograd_lab.grading.gradescope run --root "$ROOT"
 status=$?
 if [ ! -s "$ROOT/results/results.json" ]; then
-  printf '%s\\n' '{"score": 0, "output": "The autograder could not start (exit status '"$status"'). This is not your fault: tell your instructor.", "output_format": "text", "visibility": "visible", "stdout_visibility": "hidden", "tests": []}' > "$ROOT/results/results.json"
+  printf '%s\\n' '{"score": 0, "execution_time": 0, "output": "The autograder could not start (exit status '"$status"'). This is not your fault: tell your instructor.", "output_format": "text", "visibility": "visible", "stdout_visibility": "hidden", "tests": []}' > "$ROOT/results/results.json"
 fi
 exit 0
 """
