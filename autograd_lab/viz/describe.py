@@ -131,8 +131,9 @@ class Saved:
     tensor: object          # the tensor, or None when freed/stale/not a tensor
     value: object           # non-tensor attribute value
     is_tensor: bool
-    state: str              # "ok", "freed", "stale", "hooked" (not read) or "unreadable"
+    state: str              # "ok", "freed", "stale", "hooked" (not read), "checkpointed" (never read) or "unreadable"
     detail: str = ""        # stale: "v0 -> v1"; unreadable: why
+    segment: object = None  # checkpointed: the checkpoint call that saved it (only while drawing)
 
 
 def saved_entries(fn, read_hooked=False):
@@ -141,7 +142,8 @@ def saved_entries(fn, read_hooked=False):
     A saved tensor with an unpack hook (activation checkpointing, offloading) is read
     only when ``read_hooked``: reading it runs the hook, which may rerun the forward
     (BatchNorm statistics, RNG state, call counts all change).  Otherwise it is
-    reported as ``"hooked"``, unread.
+    reported as ``"hooked"``, unread.  One saved by activation checkpointing is never
+    read (``"checkpointed"``): its hook reruns the whole segment, once per tensor.
     """
     if isinstance(fn, torch.autograd.function.BackwardCFunction):
         return _custom_function_entries(fn, read_hooked)
@@ -166,16 +168,44 @@ def can_tell_hooks():
 
 
 def _hooked(fn, attr):
+    return _hook_kind(fn, attr)[0]
+
+
+def _hook_kind(fn, attr):
+    """(has an unpack hook, the checkpoint call it belongs to or None) of ``fn._saved_<attr>``."""
     try:
         raw = getattr(fn, "_raw_saved_" + attr)
     except Exception:  # noqa: BLE001 - not a saved tensor (a plain attribute), or freed
-        return False
-    return has_unpack_hook(raw)
+        return False, None
+    if not has_unpack_hook(raw):
+        return False, None
+    return True, checkpoint_call(raw)
+
+
+def checkpoint_call(raw):
+    """The ``_CheckpointFrame`` of non-reentrant checkpointing whose hook holds ``raw``, else None.
+
+    ``torch.utils.checkpoint`` saves through ``_checkpoint_hook``, whose unpack hook (a
+    closure over the call's frame) recomputes the whole segment: reading it reruns the
+    segment's forward (BatchNorm's counter moves).  Same hook in torch 2.13 and 2.15;
+    torch 2.5 has no ``SavedTensor.unpack_hook`` to look at.
+    """
+    for r in raw if isinstance(raw, (list, tuple)) else [raw]:
+        hook = getattr(r, "unpack_hook", None)
+        if hook is None or getattr(hook, "__module__", "") != "torch.utils.checkpoint":
+            continue
+        for cell in hook.__closure__ or ():
+            if type(cell.cell_contents).__name__ == "_CheckpointFrame":
+                return cell.cell_contents
+    return None
 
 
 def _custom_function_entries(fn, read_hooked):
     """A custom ``autograd.Function`` keeps ``ctx.save_for_backward`` tensors in ``saved_tensors``."""
-    if not read_hooked and _hooked(fn, "tensors"):
+    hooked, segment = _hook_kind(fn, "tensors")
+    if segment is not None:
+        return [Saved("saved_tensors", None, None, True, "checkpointed", segment=segment)]
+    if not read_hooked and hooked:
         return [Saved("saved_tensors", None, None, True, "hooked")]
     try:
         tensors = fn.saved_tensors
@@ -199,7 +229,10 @@ def _unreadable(name, error):
 
 
 def _read_saved(fn, name, read_hooked=False):
-    if not read_hooked and _hooked(fn, name):
+    hooked, segment = _hook_kind(fn, name)
+    if segment is not None:   # never read, not even for show_saved: it would rerun the segment
+        return Saved(name, None, None, True, "checkpointed", segment=segment)
+    if not read_hooked and hooked:
         return Saved(name, None, None, True, "hooked")
     try:
         value = getattr(fn, "_saved_" + name)

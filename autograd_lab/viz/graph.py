@@ -271,6 +271,8 @@ def _finish_model(model, view, group_modules, depth, max_nodes, focus_ids=()):
         model = modules.place_leaves(model)
     elif group_modules is not None:
         model = modules.assign_ops(model, group_modules)
+    else:
+        model = modules.frame_segments(model)
     if any(n.cluster for n in model.nodes):
         model = modules.place_inputs(model, kinds=("constant", "saved"))
     if group_modules is not None and depth is not None:

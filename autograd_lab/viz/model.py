@@ -29,6 +29,7 @@ class Node:
     grad: str | None = None    # "grad: ..." when known (leaves, retain_grad tensors)
     use: tuple | None = None   # (k, n): copy k of a leaf drawn once per use, n uses in all
     arg: str | None = None     # constants: the op's argument they fill ("self", "mat2"), when known
+    segment: int | None = None  # ops of a checkpointed segment: its number, in traversal order
 
     def signature(self):
         """What makes two nodes 'the same' when comparing graphs (no values, no ids).

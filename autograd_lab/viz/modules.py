@@ -75,6 +75,19 @@ def place_leaves(model):
     return place_inputs(model)
 
 
+def frame_segments(model):
+    """Draw each checkpointed segment (``Node.segment``) in its own frame, with its inputs."""
+    if not any(n.segment for n in model.nodes):
+        return model
+    out = model.copy()
+    for node in out.nodes:
+        if node.segment and not node.cluster:
+            path = (f"checkpointed segment {node.segment}",)
+            node.cluster = path
+            out.cluster_labels[path] = f"checkpointed segment {node.segment} (recomputed in backward)"
+    return place_inputs(out, kinds=("constant", "saved"))
+
+
 def assign_ops(model, module):
     """Place op nodes in module clusters and title every cluster ``path: Type``."""
     out = model.copy()

@@ -9,6 +9,8 @@ import sys
 
 import torch
 
+from . import owners
+
 _PACKAGE = __name__.split(".")[0]
 _MAX_SEQUENCE = 10_000   # longer lists are not scanned for names
 
@@ -53,7 +55,11 @@ class Names:
 
     def tensor_name(self, tensor):
         entry = self._tensors.get(id(tensor))
-        return entry[0] if entry and entry[1] is tensor else None
+        if entry and entry[1] is tensor:
+            return entry[0]
+        # A parameter of a model that no variable holds (draw(loss_fn(make_model()(x))))
+        # is still named after where its module registered it.
+        return owners.qualified_name(tensor) if isinstance(tensor, torch.nn.Parameter) else None
 
     def saved_name(self, tensor):
         """The caller's name for a tensor read back from ``grad_fn._saved_<name>``.

@@ -18,6 +18,12 @@ import torch
 from . import describe, inputs, recorder
 from .model import Model, Node
 
+CHECKPOINT_NOTE = ("Ops in a 'checkpointed segment' frame ran under torch.utils.checkpoint: their saved "
+                   "tensors are dropped after the forward and recomputed in backward by running the segment "
+                   "again. They are never read here, not even with show_saved=True: each read would rerun "
+                   "the segment's forward (BatchNorm's counters and the RNG state would move).")
+REENTRANT_NOTE = ("CheckpointFunctionBackward stands for a whole segment checkpointed with use_reentrant=True: "
+                  "its ops are not in this graph; backward runs them again and differentiates them then.")
 HOOKED_NOTE = ("Saved tensors with unpack hooks (activation checkpointing, offloading) were not read: "
                "reading one runs its hook, which may rerun the forward. Pass show_saved=True to read them.")
 
@@ -64,6 +70,7 @@ class _Walker:
         self.constants = {}           # (consumer id, input number) -> inputs.Input
         self.parents = {}             # node id -> grad_fn whose backward created it
         self.absent = set()           # (consumer id, input number) of optional inputs given as None
+        self.segments = {}            # checkpoint call -> its number (only while walking)
 
     # -- nodes -------------------------------------------------------------
     def new_node(self, kind, label, op=None, name=None, **fields):
@@ -99,8 +106,9 @@ class _Walker:
         self.new_node("constant", label, name=name, shape=describe.shape_of(tensor), state="nograd")
         who = name or "this tensor"
         if describe.is_batched(tensor):
-            why = (f"{who} is a vmap-batched tensor: torch.func transforms do not build a grad_fn graph "
-                   "to draw. Draw the function outside vmap, on one example, to see its graph.")
+            why = (f"{who} is a vmap-batched tensor seen inside the function: this per-example view has no "
+                   "grad_fn, but autograd does record the batched computation. Draw what vmap returns "
+                   "(draw(vmap(f)(x)) has a grad_fn when x requires grad), or call f on one example and draw that.")
         elif tensor.is_inference():
             why = (f"{who} was made under torch.inference_mode(), which records no graph; "
                    "compute it outside inference_mode (and outside no_grad) to draw its graph.")
@@ -191,6 +199,28 @@ class _Walker:
         stale = [s for s in saved if s.state == "stale"]
         freed = [s for s in saved if s.state == "freed"]
         self.note_unread(saved)
+        lines = self.checkpoint_lines(node, saved)
+        if stale or freed:
+            return lines + self.stale_or_freed_lines(node, stale, freed)
+        return lines
+
+    def checkpoint_lines(self, node, saved):
+        """Mark an op of a checkpointed segment (its saved tensors are recomputed in backward)."""
+        notes = self.model.notes
+        segment = next((s.segment for s in saved if s.state == "checkpointed"), None)
+        if segment is not None:
+            node.segment = self.segments.setdefault(id(segment), len(self.segments) + 1)
+            if CHECKPOINT_NOTE not in notes:
+                notes.append(CHECKPOINT_NOTE)
+            return [f"checkpointed segment {node.segment}: recomputed in backward"]
+        if node.op == "CheckpointFunctionBackward":
+            node.segment = 0
+            if REENTRANT_NOTE not in notes:
+                notes.append(REENTRANT_NOTE)
+            return ["checkpointed segment (use_reentrant=True): run again in backward"]
+        return []
+
+    def stale_or_freed_lines(self, node, stale, freed):
         if stale:
             node.state = "stale"
             self.model.stale_ops.append(node.op)
@@ -221,7 +251,8 @@ class _Walker:
                 if known:
                     lines.append("= " + known)
             lines.append({"ok": "", "freed": "freed", "stale": f"STALE ({s.detail})",
-                          "hooked": "", "unreadable": "unreadable"}[s.state])
+                          "hooked": "", "unreadable": "unreadable",
+                          "checkpointed": "recomputed in backward (checkpoint)"}[s.state])
             shape = describe.shape_of(s.tensor) if s.tensor is not None else None
             node = self.new_node("saved", "\n".join(line for line in lines if line), name=s.name,
                                  shape=shape, state=s.state)
