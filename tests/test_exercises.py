@@ -955,3 +955,498 @@ def test_a_forgotten_backward_closure_is_named():
     assert "has no `_backward` of its own" in result.messages[0] and "out._backward = _backward" in result.messages[0]
     result = check("99.sample", lambda xs: torch.tanh(xs) + xs * (1 - torch.tanh(xs) ** 2))
     assert "never called the tiny engine's `backward()`" in result.messages[0]
+
+
+# --- the tape: method rules judged from what ran (issue 20) -------------------------------
+
+from autograd_lab.checking import (checkpoint_used, no_autograd, no_distributed_sampler, no_forward_mode,  # noqa: E402
+                                   no_grad_scaler, no_library, no_optimizer, no_torch_func, own_function,
+                                   uses_autograd)
+from autograd_lab.checking.tape import Tape  # noqa: E402
+
+
+def test_uses_autograd_accepts_every_autograd_and_refuses_a_backward_for_show():
+    make(method=uses_autograd())
+    autograd_answers = {
+        "torch.func.grad": lambda x: torch.func.grad(lambda t: (t ** 3).sum())(x),
+        "torch.func.vjp": lambda x: torch.func.vjp(lambda t: t ** 3, x)[1](torch.ones_like(x))[0],
+        "torch.func.jacrev": lambda x: torch.func.jacrev(lambda t: (t ** 3).sum())(x),
+        "torch.func.jacfwd (forward mode)": lambda x: torch.func.jacfwd(lambda t: (t ** 3).sum())(x),
+        "a copy of .grad": lambda x: cube_grad(x).clone() * 1.0,
+    }
+    for name, answer in autograd_answers.items():
+        assert check("99.sample", answer).status == "passed", name
+
+    def for_show(x):
+        leaf = x.detach().requires_grad_()
+        (leaf ** 3).sum().backward()         # a backward pass whose result is thrown away
+        return 3 * x ** 2
+    result = check("99.sample", for_show)
+    assert result.misconception == "typed_formula"
+    assert "was not computed from that pass's result" in result.messages[0]
+
+
+def test_an_engine_object_taken_before_the_check_is_still_seen():
+    from torch.autograd.variable import Variable
+    engine = Variable._execution_engine      # bound before the check replaces it
+
+    def through_the_alias(x):
+        leaf = x.detach().requires_grad_()
+        (out,) = engine.run_backward(((leaf ** 3).sum(),), (torch.ones((), dtype=x.dtype),), False, False, (leaf,), False)
+        return out
+    make(method=no_autograd())
+    result = check("99.sample", through_the_alias)
+    assert result.misconception == "used_autograd", result
+    make("99.ok", method=no_autograd(), reference=lambda x: 3 * x ** 2)
+    assert check("99.ok", lambda x: 3 * x ** 2).status == "passed"
+
+
+def test_no_autograd_and_no_forward_mode_see_dual_tensors_and_jvp():
+    import torch.autograd.forward_ad as fwAD
+
+    def dual(x):
+        with fwAD.dual_level():
+            out = fwAD.make_dual(x, torch.ones_like(x)) ** 3
+            return fwAD.unpack_dual(out).tangent
+    for method, tag in ((no_autograd(), "used_autograd"), (no_forward_mode(), "forward_mode")):
+        make(method=method, reference=lambda x: 3 * x ** 2)
+        assert check("99.sample", dual).misconception == tag
+        assert check("99.sample", lambda x: torch.func.jvp(lambda t: t ** 3, (x,), (torch.ones_like(x),))[1]
+                     ).misconception == tag
+        assert check("99.sample", lambda x: 3 * x ** 2).status == "passed"
+
+
+def test_no_torch_func_sees_every_transform_but_not_plain_autograd():
+    make(method=no_torch_func())
+    assert check("99.sample", cube_grad).status == "passed"
+    for answer in (lambda x: torch.func.grad(lambda t: (t ** 3).sum())(x),
+                   lambda x: torch.func.vmap(lambda t: 3 * t ** 2)(x)):
+        assert check("99.sample", answer).misconception == "used_torch_func"
+
+
+def _scales(init_scale, flags, interval):
+    scale, clean, out = init_scale, 0, []
+    for flag in flags:
+        scale, clean = (scale * 0.5, 0) if flag else (scale, clean + 1)
+        if clean == interval:
+            scale, clean = scale * 2.0, 0
+        out.append(scale)
+    return out
+
+
+def _flags(seed, hidden):
+    generator = torch.Generator().manual_seed(seed)
+    return 2.0 ** 16, (torch.rand(10, generator=generator) < 0.3).tolist(), 2 + seed % 2
+
+
+_BUILT_EARLIER = torch.amp.GradScaler("cpu")
+
+
+def _scaler_by(make_scaler):
+    def answer(init_scale, flags, interval):
+        scaler = make_scaler(init_scale, interval)
+        weight = torch.nn.Parameter(torch.ones(1))
+        optimizer = torch.optim.SGD([weight], lr=0.0)
+        out = []
+        for flag in flags:
+            optimizer.zero_grad()
+            scaler.scale(weight.sum()).backward()
+            if flag:
+                weight.grad.fill_(float("inf"))
+            scaler.step(optimizer)
+            scaler.update()
+            out.append(scaler.get_scale())
+        return out
+    return answer
+
+
+def _deepcopied(init_scale, interval):
+    import copy
+    scaler = copy.deepcopy(_BUILT_EARLIER)
+    scaler._init_scale, scaler._scale, scaler._growth_interval = init_scale, None, interval
+    return scaler
+
+
+def _private_kernel(init_scale, flags, interval):
+    scale, tracker, out = torch.tensor([init_scale]), torch.zeros(1, dtype=torch.int32), []
+    for flag in flags:
+        torch._amp_update_scale_(scale, tracker, torch.tensor([float(flag)]), 2.0, 0.5, interval)
+        out.append(scale.item())
+    return out
+
+
+_KEPT = []
+
+
+def _made_by_new(init_scale, flags, interval):
+    _KEPT.append(object.__new__(torch.amp.GradScaler))     # built without __init__, kept
+    return _scales(init_scale, flags, interval)
+
+
+def _new_and_used(init_scale, flags, interval):
+    scaler = object.__new__(torch.amp.GradScaler)          # built without __init__, then used
+    scaler.__dict__.update(_BUILT_EARLIER.__dict__, _init_scale=init_scale, _scale=None, _growth_interval=interval)
+    return _scaler_by(lambda s, i: scaler)(init_scale, flags, interval)
+
+
+def test_no_grad_scaler_sees_a_copy_a_private_kernel_and_new():
+    make(reference=_scales, inputs=_flags, method=no_grad_scaler())
+    assert check("99.sample", _scales).status == "passed"
+    shortcuts = {
+        "a real scaler": _scaler_by(lambda s, i: torch.amp.GradScaler("cpu", init_scale=s, growth_interval=i)),
+        "deepcopy of a scaler built earlier": _scaler_by(_deepcopied),
+        "the private kernel": _private_kernel,
+        "object.__new__, kept": _made_by_new,
+        "object.__new__, used": _new_and_used,
+    }
+    for name, answer in shortcuts.items():
+        result = check("99.sample", answer, timeout=120)   # a first optimizer step imports torch._dynamo: slow
+        assert result.misconception == "used_grad_scaler", (name, result)
+    assert "`GradScaler` was built" in check("99.sample", _made_by_new).messages[0]
+
+
+def _shard(n, world_size, rank):
+    total = -(-n // world_size) * world_size
+    return (list(range(n)) * 2)[:total][rank::world_size]
+
+
+def _shard_inputs(seed, hidden):
+    return 7 + seed, 2 + seed % 2, seed % 2
+
+
+def _sampler_state(n, world_size, rank):
+    import types
+    return types.SimpleNamespace(shuffle=False, dataset=range(n), drop_last=False, num_replicas=world_size,
+                                 total_size=-(-n // world_size) * world_size, num_samples=-(-n // world_size),
+                                 rank=rank, seed=0, epoch=0)
+
+
+def test_no_distributed_sampler_sees_its_code_however_it_is_reached():
+    import inspect
+    import textwrap
+    import threading
+    import types
+    from torch.utils.data import DistributedSampler
+
+    make(reference=_shard, inputs=_shard_inputs, method=no_distributed_sampler())
+    iterate = DistributedSampler.__iter__
+    code_copy = types.FunctionType(iterate.__code__, iterate.__globals__)
+    namespace = dict(iterate.__globals__)
+    exec(textwrap.dedent(inspect.getsource(iterate)), namespace)      # its source, compiled again
+    recompiled = namespace["__iter__"]
+
+    def in_a_thread(n, world_size, rank):
+        box = []
+        thread = threading.Thread(target=lambda: box.append(_shard(n, world_size, rank)))
+        thread.start()
+        thread.join()
+        return box[0]
+    shortcuts = {
+        "its __iter__ on a namespace": lambda *a: list(iterate(_sampler_state(*a))),
+        "a copy of its code": lambda *a: list(code_copy(_sampler_state(*a))),
+        "its source compiled again": lambda *a: list(recompiled(_sampler_state(*a))),
+        "a thread": in_a_thread,
+    }
+    for name, answer in shortcuts.items():
+        assert check("99.sample", answer).misconception == "used_sampler", name
+    assert "started another thread" in check("99.sample", in_a_thread).messages[0]
+    assert check("99.sample", _shard).status == "passed"
+
+
+def _sgd_list(params, lr):
+    with torch.no_grad():
+        for p in params:
+            p.sub_(lr * p.grad)
+
+
+def _sgd_list_inputs(seed, hidden):
+    generator = torch.Generator().manual_seed(seed)
+    p = torch.randn(3, generator=generator).requires_grad_()
+    p.grad = torch.randn(3, generator=generator)
+    return [p], 0.1
+
+
+def test_no_optimizer_sees_the_class_and_the_functional_form():
+    from torch.optim.sgd import sgd as functional_sgd
+
+    make(reference=_sgd_list, inputs=_sgd_list_inputs, compare=("args",), modifies=("params:values",), method=no_optimizer())
+    assert check("99.sample", _sgd_list).status == "passed"
+
+    def by_class(params, lr):
+        torch.optim.SGD(params, lr=lr).step()
+
+    def by_function(params, lr):
+        with torch.no_grad():
+            functional_sgd(params, [p.grad for p in params], [None], lr=lr, weight_decay=0, momentum=0,
+                           dampening=0, nesterov=False, maximize=False)
+    for answer in (by_class, by_function):
+        assert check("99.sample", answer, timeout=120).misconception == "used_optimizer"
+
+
+def test_no_library_bans_functions_ops_and_modules_by_what_ran():
+    import torch.nn.functional as F
+    method = no_library(F.softplus, "aten::softplus", name="softplus written by hand")
+    assert method.watch == ("code:torch._C._nn:softplus", "op:aten::softplus")
+    make(reference=lambda x: torch.log1p(torch.exp(x)), method=method)
+    assert check("99.sample", lambda x: torch.log1p(torch.exp(x))).status == "passed"
+    alias = F.softplus
+    for answer in (alias, lambda x: torch.ops.aten.softplus(x, 1, 20)):
+        result = check("99.sample", answer)
+        assert result.misconception == "used_library" and "softplus written by hand" in result.messages[0]
+
+
+class _Square(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return 2 * x * grad_output
+
+
+class _SquareByAutograd(_Square):
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        with torch.enable_grad():
+            leaf = x.detach().requires_grad_()
+            return torch.autograd.grad(leaf * leaf, leaf, grad_output)[0]
+
+
+def _leaf_vector(seed, hidden):
+    generator = torch.Generator().manual_seed(seed)
+    return (torch.randn(4, generator=generator, dtype=torch.float64).requires_grad_(),)
+
+
+def test_own_function_needs_a_function_whose_backward_computes_the_derivative():
+    make(reference=_Square, inputs=_leaf_vector, compare=("value", "grad"), method=own_function())
+    assert check("99.sample", _Square).status == "passed"
+    not_a_function = check("99.sample", lambda x: x * x)
+    assert not_a_function.misconception == "own_function" and "not a `torch.autograd.Function`" in not_a_function.messages[0]
+    asks_autograd = check("99.sample", _SquareByAutograd)
+    assert asks_autograd.misconception == "own_function" and "runs autograd" in asks_autograd.messages[0]
+
+
+def _blocks(seed, hidden):
+    generator = torch.Generator().manual_seed(seed)
+    depth = 3 + seed % 2
+    model = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(depth)])
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=generator) / 2)
+    return model, torch.randn(2, 4, generator=generator)
+
+
+def _checkpointed(model, x, *, per_block=True, backward_through=True):
+    from torch.utils.checkpoint import checkpoint
+    h = x
+    for block in (model if per_block else [model]):
+        h = checkpoint(block, h, use_reentrant=False)
+    loss = h.pow(2).mean() if backward_through else model(x).pow(2).mean()
+    loss.backward()
+    return loss.detach()
+
+
+def test_checkpoint_used_counts_checkpoints_and_their_recomputation():
+    make(reference=_checkpointed, inputs=_blocks, compare=("value", "args"), modifies=("model:grad",),
+         method=checkpoint_used())
+    assert check("99.sample", _checkpointed).status == "passed"
+    one = check("99.sample", lambda m, x: _checkpointed(m, x, per_block=False))
+    assert one.misconception == "checkpoint" and "called `checkpoint` 1 time" in one.messages[0]
+    for_show = check("99.sample", lambda m, x: _checkpointed(m, x, backward_through=False))
+    assert for_show.misconception == "checkpoint" and "recomputed 0 of your" in for_show.messages[0]
+
+
+def test_a_recorder_switched_off_or_a_thread_fails_every_method():
+    import sys as system
+    make(method=uses_autograd())
+
+    def switches_off(x):
+        system.setprofile(None)
+        return cube_grad(x)
+    result = check("99.sample", switches_off)
+    assert result.status == "failed" and "switched off one of the checker's recorders" in result.messages[0]
+
+    def pops_the_mode(x):
+        from torch.utils._python_dispatch import _pop_mode
+        _pop_mode()
+        return cube_grad(x)
+    assert "switched off" in check("99.sample", pops_the_mode).messages[0]
+    assert check("99.sample", cube_grad).status == "passed"          # and the session is whole again
+    assert system.getprofile() is None and not torch._C._len_torch_dispatch_stack()
+
+
+def test_the_tape_leaves_nothing_behind_and_a_profiler_keeps_running():
+    import cProfile
+    from torch.autograd.variable import Variable
+    engine = Variable._execution_engine
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        with Tape(("code:torch.optim",)) as tape:
+            cube_grad(torch.ones(3))
+    finally:
+        profiler.disable()
+    assert Variable._execution_engine is engine and not torch._C._len_torch_dispatch_stack()
+    assert tape.facts()["engine_runs"] == 1 and tape.facts()["tape_intact"]
+    import gc
+    assert gc.isenabled()
+
+
+def test_every_factory_travels_in_a_release_and_records_the_same():
+    from autograd_lab.checking import methods, public
+    from autograd_lab.grading import release
+    made = [uses_autograd(), no_autograd(), no_forward_mode(), no_torch_func(), no_grad_scaler(), no_optimizer(),
+            no_distributed_sampler(), own_function(), checkpoint_used(), checkpoint_used(per=3),
+            no_library(torch.nn.functional.softplus, "aten::softplus_backward", name="by hand"),
+            checking.backward_calls(2), checking.no_jacobian(limit="input"), checking.tiny_engine_op("tanh"),
+            checking.no_data_attribute()]
+    for method in made:
+        data = release.method_data("99.sample", method)
+        rebuilt = public.method_from(data)
+        assert (rebuilt.name, rebuilt.tag, rebuilt.watch, rebuilt.grad_phase) == (
+            method.name, method.tag, method.watch, method.grad_phase), method.name
+    assert set(methods.FACTORIES) >= {"uses_autograd", "no_library", "own_function", "checkpoint_used"}
+
+
+# --- arguments stay untouched (issue 20 point 3) -------------------------------------------
+
+def test_an_answer_that_changes_its_input_fails_and_says_which():
+    def zeroes_the_caller(x):
+        g = cube_grad(x)
+        x.zero_()
+        return g
+
+    def same_values_in_place(x):
+        x.mul_(1.0)                     # the same numbers, but the version counter moved
+        return cube_grad(x)
+
+    def through_data(x):
+        x.data[0] = 0.0                 # a write autograd cannot see: the values tell
+        return cube_grad(x)
+
+    def sets_requires_grad(x):
+        x.requires_grad_()
+        return cube_grad(x)
+    for answer, what in ((zeroes_the_caller, "its values"), (same_values_in_place, "its values"),
+                         (through_data, "its values"), (sets_requires_grad, "its `requires_grad`")):
+        result = check("00.cube_grad", answer)
+        assert result.misconception == "modified_input", answer.__name__
+        assert f"`x` ({what}" in result.messages[0] and "leave the arguments as they were" in result.messages[0]
+
+
+def test_grads_modules_lists_and_optimizers_are_arguments_too():
+    from autograd_lab.checking import untouched
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    items = [torch.zeros(2)]
+    before = untouched.snapshot((model, optimizer, items))
+    model(torch.randn(4, 2)).sum().backward()          # fills .grad and the running statistics
+    model.eval()
+    optimizer.param_groups[0]["lr"] = 1.0
+    items.append(1)
+    found = {(entry["argument"], entry["path"], entry["what"]) for entry in untouched.changes(before)}
+    assert (0, "#0.0.weight", "grad") in found and (0, "#0.1.running_mean", "values") in found
+    assert (0, "#0", "training") in found and (1, "#1", "state") in found and (2, "#2", "items") in found
+
+
+def test_an_exercise_declares_what_its_answer_may_change():
+    make(reference=_sgd_list, inputs=_sgd_list_inputs, compare=("args",), modifies=("params:values",))
+    assert check("99.sample", _sgd_list).status == "passed"
+
+    def clears_grad_too(params, lr):
+        _sgd_list(params, lr)
+        for p in params:
+            p.grad = None
+    result = check("99.sample", clears_grad_too)
+    assert result.misconception == "modified_input" and "`params[0]` (its `.grad`)" in result.messages[0]
+    with pytest.raises(ValueError, match="modifies="):
+        Exercise(id="99.a", title="t", answer_name="a", reference=_sgd_list, inputs=_sgd_list_inputs, compare=("args",))
+    with pytest.raises(ValueError, match="not an argument of the reference"):
+        Exercise(id="99.a", title="t", answer_name="a", reference=_sgd_list, inputs=_sgd_list_inputs, modifies=("model",))
+
+
+# --- feedback that names the cause (issue 20 point 5, issue 26) -----------------------------
+
+def test_an_error_names_the_students_line_and_the_error_it_was_raised_while_handling():
+    def parse_anomaly(x):
+        try:
+            x.detach().sum().backward()                      # forgot requires_grad_()
+        except RuntimeError as error:
+            return str(error).split("'")[1]
+
+    result = check("00.cube_grad", parse_anomaly)
+    message = result.messages[0]
+    assert result.status == "error"
+    assert "IndexError: list index out of range (in `parse_anomaly`, line" in message
+    assert "`return str(error).split(\"'\")[1]`" in message
+    assert "raised while handling RuntimeError: element 0 of tensors does not require grad" in message
+    assert "a `requires_grad_()` is missing" in message                       # the usual cause, named
+    assert "site-packages" not in message and "torch/" not in message
+
+
+def test_only_the_students_own_warnings_are_shown_with_their_line():
+    def anomaly(x):
+        leaf = x.detach().requires_grad_()
+        with torch.autograd.detect_anomaly(check_nan=True):
+            (leaf ** 3).sum().backward()
+        return leaf.grad
+
+    result = check("00.cube_grad", anomaly)
+    warned = [m for m in result.messages if m.startswith("Your code warned")]
+    assert warned and all("Anomaly Detection has been enabled" in m for m in warned)
+    assert "with torch.autograd.detect_anomaly(check_nan=True):" in warned[0]
+    text = " ".join(result.messages)
+    assert "ipykernel" not in text and "<frozen" not in text and "File \"" not in text
+
+
+def test_feedback_markdown_renders_in_the_notebook():
+    make(misconceptions=(Misconception("scaled_by_k", "The loss is *scaled* by `k`, *in a row*.",
+                                       lambda s, r, a: True),))
+    html = check("99.sample", lambda x: 2 * x)._repr_html_()
+    assert "<em>scaled</em>" in html and "<code>k</code>" in html and "*in a row*" not in html
+
+
+def test_a_mistyped_id_is_one_line_with_the_closest_ids():
+    with pytest.raises(KeyError) as raised:
+        check("00.cube_gard", cube_grad)
+    assert str(raised.value) == "No exercise '00.cube_gard'. Did you mean '00.cube_grad' or '00.needs_grad'?"
+    assert raised.value._render_traceback_() == [f"UnknownExercise: {raised.value}"]
+    with pytest.raises(KeyError, match="this notebook's are '03.accumulated_grad'"):
+        hint("03.zzz")
+
+
+def test_no_hint_while_graded(monkeypatch):
+    make()
+    monkeypatch.setenv("AUTOGRAD_LAB_GRADING", "1")
+    given = hint("99.sample")
+    assert given.text == "" and "turned off while the assignment is graded" in repr(given)
+
+
+def test_a_checker_that_cannot_compare_an_answer_never_shows_its_own_crash():
+    def crashing(student, reference, args):
+        raise IndexError("inside a detector")
+    make(misconceptions=(Misconception("crash", "never shown", crashing),))
+    result = check("99.sample", lambda x: 2 * cube_grad(x))
+    assert result.misconception == "doubled" and "IndexError" not in repr(result)
+
+
+# --- predictions: which entries are wrong, never what they should be -------------------------
+
+def test_a_failed_prediction_never_shows_the_expected_value():
+    make("99.bytes", kind="value", answer_name="saved_bytes", reference=lambda: 12288, solution_code="saved_bytes = 1",
+         inputs=None)
+    result = check("99.bytes", 4096)
+    assert result.status == "failed" and "12288" not in repr(result) and "not the expected answer" in result.messages[0]
+    make("99.dict", kind="value", answer_name="d", reference=lambda: {"a": True, "b": 6, "c": "detach"},
+         solution_code="d = 1", inputs=None)
+    result = check("99.dict", {"a": False, "b": 12, "c": "detach"})
+    assert "d['a'], d['b']: not the expected answer (2 of 3 wrong)" in result.messages[0]
+    assert "6" not in result.messages[0].replace("(2 of 3", "") and "doubled" not in repr(result)
+    make("99.tensor", kind="value", answer_name="g", reference=lambda: torch.tensor([3.0, 0.0, -1.0]),
+         solution_code="g = 1", inputs=None)
+    flipped = check("99.tensor", torch.tensor([-3.0, 0.0, 1.0]))
+    assert flipped.misconception == "wrong_value" and "opposite sign" not in repr(flipped)

@@ -118,7 +118,10 @@ def uses_autograd():
     def holds(facts):
         reverse = facts["engine_runs"] >= 1 or facts.get("backward_ops", 0) > 0
         forward = facts.get("forward_ad", 0) > 0
-        return forward or (reverse and facts.get("output_from_engine") is not False)
+        # The flow is judged only where the dispatch mode saw the backward's ops (it follows the
+        # engine's products through them); a backward it could not see is given the benefit of the doubt.
+        followed = facts.get("backward_ops", 0) > 0
+        return forward or (reverse and not (followed and facts.get("output_from_engine") is False))
 
     def explain(facts):
         if facts["engine_runs"] >= 1 or facts.get("backward_ops", 0) > 0:
@@ -287,7 +290,7 @@ def no_library(*targets, name=None, tag="used_library", specs=None):
 
 
 _SAMPLER = ("code:torch.utils.data.distributed:DistributedSampler",)
-_SCALER = ("code:torch.amp.grad_scaler", "code:torch.cuda.amp.grad_scaler",
+_SCALER = ("code:torch.amp.grad_scaler", "code:torch.cuda.amp.grad_scaler", "code:torch.amp.grad_scaler:GradScaler",
            "op:aten::_amp_update_scale_", "op:aten::_amp_foreach_non_finite_check_and_unscale_")
 _OPTIMIZER = ("code:torch.optim", "code:torch.optim.optimizer:Optimizer")
 

@@ -157,7 +157,7 @@ def _nested(module, qualname):
     found = [code for thing in _by_qualname(module, outer) for code in _code_objects(thing)
              if getattr(code, "co_qualname", code.co_name) == qualname or
              (not hasattr(code, "co_qualname") and code.co_name == qualname.rsplit(".", 1)[-1])]
-    return [types.FunctionType(code, {}) for code in found]   # wrapped so _code_objects sees them
+    return found
 
 
 def _signature(code):
@@ -168,7 +168,9 @@ def _signature(code):
 
 def _code_objects(thing):
     """Every code object of a function or class (methods, properties, nested functions)."""
-    if isinstance(thing, types.FunctionType):
+    if isinstance(thing, types.CodeType):
+        roots = [thing]
+    elif isinstance(thing, types.FunctionType):
         roots = [_innermost(thing).__code__]
     elif isinstance(thing, type):
         roots = []
@@ -406,7 +408,11 @@ class Tape:
 
     def __exit__(self, *exc_info):
         intact = sys.getprofile() == self._profile and not self.switched_off   # before our own setprofile call
-        sys.setprofile(self._previous_profile)
+        if self._previous_profile is None or self._chained is not None:
+            sys.setprofile(self._previous_profile)
+        else:                                   # a profiler written in C (cProfile) puts itself back
+            sys.setprofile(None)
+            getattr(self._previous_profile, "enable", lambda: None)()
         threading.setprofile(self._previous_thread_profile)
         stack = _get_current_dispatch_mode_stack()
         intact = intact and bool(stack) and stack[-1] is self._mode
