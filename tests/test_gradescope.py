@@ -305,22 +305,25 @@ SECCOMP = textwrap.dedent("""\
     os.execvp(sys.argv[1], sys.argv[1:])
     """)
 HOSTILE = textwrap.dedent("""\
-    import glob, os
-    for target in ["/autograder/source/package/autograd_lab_solutions", "/autograder/source/release.key",
-                   "/autograder/results", "/autograder/submission_metadata.json"]:
+    import os
+    seen = []
+    for target in ["ROOT/source/package/autograd_lab_solutions", "ROOT/source/release.key", "ROOT/source",
+                   "ROOT/results", "ROOT/submission_metadata.json"]:
         try:
-            print(target, os.listdir(target) if os.path.isdir(target) else open(target).read()[:50])
+            seen.append(f"READ {target}: {os.listdir(target) if os.path.isdir(target) else open(target).read()[:40]}")
         except OSError as error:
-            print("refused:", target, type(error).__name__)
+            seen.append(f"refused {target}: {type(error).__name__}")
     try:
         import autograd_lab_solutions
-        print("imported the solutions from", autograd_lab_solutions.__path__)
+        seen.append(f"READ the solutions module at {autograd_lab_solutions.__path__}")
     except ImportError as error:
-        print("refused: import", type(error).__name__)
+        seen.append(f"refused import: {type(error).__name__}")
     try:
-        open("/autograder/results/results.json", "w").write('{"score": 1000}')
+        open("ROOT/results/results.json", "w").write('{"score": 1000}')
+        seen.append("READ: wrote results.json")
     except OSError as error:
-        print("refused: results", type(error).__name__)
+        seen.append(f"refused results: {type(error).__name__}")
+    raise RuntimeError("probe: " + " | ".join(seen))   # shows up in the student's own problems
     """)
 
 
@@ -397,7 +400,7 @@ def test_the_zip_in_a_simulated_gradescope_image(autograder_zip):
 
         solved = _notebook("00", {"00.cube_grad": CUBE, "00.needs_grad": NEEDS})
         solved = nbformat.reads(solved, as_version=4)
-        solved.cells.insert(1, new_code_cell(HOSTILE.replace("/autograder", str(root)) + "\n" + HOSTILE))
+        solved.cells.insert(1, new_code_cell(HOSTILE.replace("ROOT", str(root))))
         (root / "submission" / "00_start_here.ipynb").write_text(nbformat.writes(solved))
         (root / "submission" / "01_dynamic_graph.ipynb").write_text(
             _notebook("01", {"01.saved_bytes": "saved_bytes = 12288"}))
@@ -409,7 +412,9 @@ def test_the_zip_in_a_simulated_gradescope_image(autograder_zip):
         text = json.dumps(results)
         assert results["score"] == 4, results["output"] + ran.stdout[-3000:]   # 2 + 1 of 4 scaled to 8
         assert "day(s) late" not in results["output"] and "not on the roster" not in text
-        assert "imported the solutions" not in ran.stdout + text and "def " not in results["output"]
-        assert "container" in ran.stdout or "container" in text
+        probe = next(line for line in results["output"].splitlines() if "probe:" in line)
+        assert probe.count("refused") == 7 and "READ" not in probe, probe   # solutions, key, source, results, ...
+        assert "PermissionError" in probe and "refused import: ModuleNotFoundError" in probe
+        assert "sandbox: container sandbox" in ran.stdout, ran.stdout[-2000:]
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -207,6 +207,7 @@ def _grade_upload(root, plan, grade):
         table = gradebook.grade_assignment(plan, folder.parent, Path(work) / "out", grade=grade,
                                            stream=sys.stdout, context={"student": due})
         state = gradebook.load_state(Path(work) / "out")
+        _log_sandbox(Path(work) / "out" / "runs")
     row = next(r for r in table if r["id"] == "student")
     entries = state["students"].get("student", {})
     graded = ", ".join(f"{path.name} as notebook {n}" for n, path in chosen.items())
@@ -216,6 +217,16 @@ def _grade_upload(root, plan, grade):
     tests = [_upload_test([f"Graded {graded}.", *notes])] + _tests(plan, row, entries)
     return _result(row["score"], "\n".join(gradebook.clean([line for line in lines + problems if line])),
                    _numbered(tests), plan.gradescope.visibility)
+
+
+def _log_sandbox(runs):
+    """Say in the instructor's log which sandbox the kernels ran in."""
+    for path in sorted(runs.glob("*/students/*.json")):
+        try:
+            print(f"sandbox: {json.loads(path.read_text()).get('sandbox')}", file=sys.stdout)
+        except (OSError, ValueError):
+            continue
+        return
 
 
 def _container_options(root):
