@@ -317,7 +317,7 @@ HOSTILE = textwrap.dedent("""\
         import autograd_lab_solutions
         seen.append(f"READ the solutions module at {autograd_lab_solutions.__path__}")
     except ImportError as error:
-        seen.append(f"refused import: {type(error).__name__}")
+        seen.append(f"refused import: {type(error).__name__}: {error}")
     try:
         open("ROOT/results/results.json", "w").write('{"score": 1000}')
         seen.append("READ: wrote results.json")
@@ -414,7 +414,7 @@ def test_the_zip_in_a_simulated_gradescope_image(autograder_zip):
         assert "day(s) late" not in results["output"] and "not on the roster" not in text
         probe = next(line for line in results["output"].splitlines() if "probe:" in line)
         assert probe.count("refused") == 7 and "READ" not in probe, probe   # solutions, key, source, results, ...
-        assert "PermissionError" in probe and "refused import: ModuleNotFoundError" in probe
+        assert "PermissionError" in probe and "refused import: " in probe
         assert "sandbox: container sandbox" in ran.stdout, ran.stdout[-2000:]
     finally:
         shutil.rmtree(root, ignore_errors=True)
