@@ -5,7 +5,7 @@ plugin and font loading), and graphviz's pango plugin measures every label line
 with the installed fonts.  So a graph is laid out here, in the process, by
 graphviz's own library (``libgvc``, installed with every graphviz) with only the
 ``core`` (SVG, JSON) and layout plugins loaded: label sizes then come from
-graphviz's built-in Helvetica metrics, which costs 40 to 50% less layout time and
+graphviz's built-in font metrics (monospace labels: see ``dot.py``), which costs 40 to 50% less layout time and
 gives the same picture on every machine whatever its fonts (measured in
 ``benchmarks/viz_scaling.py`` and docs/benchmarks.md, with pygraphviz and the
 ``dot`` process as the other candidates).
