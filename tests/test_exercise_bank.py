@@ -4,7 +4,9 @@ Generic over the whole registry: a new ``autograd_lab_solutions/nbNN_*.py`` is
 covered without editing this file.
 """
 
+import ast
 import math
+import re
 
 import pytest
 import torch
@@ -13,7 +15,7 @@ import torch.nn.functional as F
 
 from autograd_lab.checking.findings import MESSAGES
 from autograd_lab.checking.source import solution_source
-from autograd_lab.checking import all_exercises, judge, observe
+from autograd_lab.checking import Exercise, all_exercises, judge, observe
 
 EXERCISES = all_exercises()
 WRONG = [(exercise, index) for exercise in EXERCISES for index in range(len(exercise.wrong_answers))]
@@ -32,6 +34,26 @@ def _records(exercise, answer):
     return {seed: observe(exercise, answer, seed, timeout=TIMEOUT) for seed in _all_seeds(exercise)}
 
 
+_CACHE = {}
+
+
+def _bank_records(exercise, index):
+    """Records of bank entry ``index`` (``None``: the reference) on every seed, observed once per session."""
+    key = (exercise.id, index)
+    if key not in _CACHE:
+        answer = _reference_answer(exercise) if index is None else exercise.wrong_answers[index].answer
+        _CACHE[key] = _records(exercise, answer)
+    return _CACHE[key]
+
+
+def _full_and_public(exercise, index):
+    """The grader's verdict (public and hidden seeds) and ``check()``'s (public seeds), judged alike."""
+    student, reference = _bank_records(exercise, index), _bank_records(exercise, None)
+    public = exercise.public_seeds
+    return (judge(exercise, student, reference),
+            judge(exercise, {s: student[s] for s in public}, {s: reference[s] for s in public}))
+
+
 def _check_everything(exercise, answer):
     """Public and hidden cases, as the batch grader runs them."""
     return judge(exercise, _records(exercise, answer), _records(exercise, _reference_answer(exercise)))
@@ -45,7 +67,7 @@ def test_the_registry_holds_the_warm_ups():
 
 @pytest.mark.parametrize("exercise", EXERCISES, ids=lambda exercise: exercise.id)
 def test_reference_passes_every_public_and_hidden_case(exercise):
-    result = _check_everything(exercise, _reference_answer(exercise))
+    result = judge(exercise, _bank_records(exercise, None), _bank_records(exercise, None))
     assert result.status == "passed", repr(result)
     assert result.score == exercise.points
     assert result.public_total == len(exercise.public_seeds)
@@ -94,6 +116,7 @@ _GENERIC_PHRASES = {
     "error": ("raised",),
     "timeout": ("time limit",),
     "method": ("cannot be checked",),
+    "modified_input": ("leave the arguments as they were",),
 }
 
 
@@ -101,14 +124,11 @@ _GENERIC_PHRASES = {
                          ids=[f"{e.id}-{i}-{e.wrong_answers[i].expect}" for e, i in WRONG])
 def test_wrong_answer_fails_with_its_misconception(exercise, index):
     wrong = exercise.wrong_answers[index]
-    result = _check_everything(exercise, wrong.answer)
+    result, public = _full_and_public(exercise, index)
     assert result.status != "passed", repr(result)
     assert result.misconception == wrong.expect, repr(result)
     assert result.score < exercise.points
-    public = judge(exercise, {seed: observe(exercise, wrong.answer, seed, timeout=TIMEOUT)
-                              for seed in exercise.public_seeds},
-                   {seed: observe(exercise, _reference_answer(exercise), seed) for seed in exercise.public_seeds})
-    if public.status != "passed":  # some mistakes only show on hidden shapes
+    if public.status != "passed":  # test_check_never_passes_what_the_grader_fails says it must not pass
         assert public.misconception == wrong.expect, repr(public)
         assert _names_the_misconception(exercise, wrong.expect, public.messages), repr(public)
     if wrong.expect == "wrong_value":  # a near miss: the feedback must state no cause it does not have
@@ -136,3 +156,168 @@ def test_every_method_has_its_shortcut_in_the_bank(exercise):
     missing = [method.name for method in exercise.method if method.tag not in tags]
     assert not missing, (f"{exercise.id}: add the shortcut that breaks {missing} to wrong_answers, "
                          f"as WrongAnswer(..., expect={exercise.method[0].tag!r})")
+
+
+# --- check() never says "passed" to what the grader fails (issue 20 point 2) ----------------
+
+# Bank entries that only a hidden seed catches, for the notebook's owner to fix by making the
+# public seeds vary what the shortcut depends on (autograd_lab/checking/variation.py).  Strict:
+# an entry that starts failing publicly must be removed from this list.
+CAUGHT_ONLY_WHEN_GRADED = {}
+
+ANSWERS = [(exercise, index) for exercise in EXERCISES for index in [None, *range(len(exercise.wrong_answers))]]
+
+
+def _answer_id(item):
+    exercise, index = item
+    return f"{exercise.id}-reference" if index is None else f"{exercise.id}-{index}-{exercise.wrong_answers[index].expect}"
+
+
+@pytest.mark.parametrize("exercise,index", [
+    pytest.param(e, i, marks=pytest.mark.xfail(strict=True, reason=CAUGHT_ONLY_WHEN_GRADED[(e.id, i)]))
+    if (e.id, i) in CAUGHT_ONLY_WHEN_GRADED else (e, i) for e, i in ANSWERS], ids=[_answer_id(a) for a in ANSWERS])
+def test_check_never_passes_what_the_grader_fails(exercise, index):
+    """The grader's full verdict (public and hidden seeds, judged by ``judge`` as ``scoring`` does) and
+    the notebook's ``check()`` (public seeds) agree: when the first fails, so does the second."""
+    full, public = _full_and_public(exercise, index)
+    if full.status != "passed":
+        assert public.status != "passed", (f"{exercise.id}: check() says passed to an answer the grader fails "
+                                           f"({full.misconception}); vary what it depends on across the public "
+                                           f"seeds. Grader: {full!r}")
+
+
+# --- no hint restates the answer (issue 21 point 3) -----------------------------------------
+
+# A hint (or a misconception message) gives the answer away when it restates one of the
+# reference's statements (compared after removing whitespace: ``x = x.detach().requires_grad_()``),
+# when the hints and messages together hold half or more of the reference's token trigrams (the
+# reviewers of issue 21 counted an exercise as given away when its hints held at least half of its
+# reference; measured at f4e48ca, the exercises fall into two groups, 0.59 to 0.94 and 0.43 or
+# less, and 0.5 lies between them), or, for a prediction, when it states an entry of the key (a
+# name the key uses, or a number other than 0, 1, 2 or -1).
+RESTATE_MIN_TOKENS = 6      # `loss.backward()` (5 tokens) is a word of the course, not the answer
+OVERLAP_LIMIT = 0.5
+_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+(?:\.\d+)?|\*\*|//|[-+*/@=()\[\].,<>%:]")
+
+# Exercises whose hints give the answer away today, for their notebook's owner to rewrite.  Strict:
+# once the hints are rewritten, the entry must go.
+HINTS_GIVE_IT_AWAY = {  # measured at the engine's commit; owners rewrite, then delete the line
+    "00.cube_grad": "holds 74% of the reference's token trigrams; restates `x = x.detach().requires_grad_()`",
+    "01.tiny_tanh": "holds 82% of the reference's token trigrams; restates `(tanh(a) * a).backward()`; restates `a = Value(x)`; restates `out = Value(t, (a,), 'tanh')`; restates `t = math.tanh(a.data)`",
+    "02.mlp_backward": "holds 75% of the reference's token trigrams; restates `G_A = G_H * (1 - H ** 2)`; restates `G_H = G_Z @ W2.T`; restates `G_W1 = X.T @ G_A`; restates `G_W2 = H.T @ G_Z`; restates `G_b1 = G_A.sum(0)`; restates `G_b2 = G_Z.sum(0)`; restates `H = torch.tanh(X @ W1 + b1)`",
+    "02.pick_gradient": "states the key's '3'",
+    "02.softplus": "holds 78% of the reference's token trigrams; restates `ctx.save_for_backward(x)`",
+    "02.vjp": "holds 94% of the reference's token trigrams; restates `W = W.detach().requires_grad_()`; restates `y = torch.tanh(W @ x)`",
+    "03.accumulated_grad": "holds 59% of the reference's token trigrams; restates `w = w.detach().clone().requires_grad_()`",
+    "04.copy_choice": "states the key's 'detach'; states the key's 'detach().clone()'",
+    "04.sgd_step": "holds 100% of the reference's token trigrams; restates `p.sub_(lr * p.grad)`; restates `with torch.no_grad():`",
+    "04.squash": "holds 80% of the reference's token trigrams",
+    "07.nan_source": "restates `f(x).backward()`",
+    "08.grad_scale": "states the key's '6'",
+    "08.no_sync_loop": "restates `with model.no_sync():`",
+}
+
+
+def reference_statements(exercise):
+    """The reference's statements, each as ``ast.unparse`` writes it (a compound one by its header)."""
+    tree = ast.parse(solution_source(exercise))
+    found = []
+
+    def visit(body):
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                visit(node.body)
+            elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+                continue  # a docstring
+            elif isinstance(node, (ast.For, ast.While, ast.If, ast.With, ast.Try)):
+                found.append(ast.unparse(node).splitlines()[0])
+                for part in (node.body, getattr(node, "orelse", []), getattr(node, "finalbody", []),
+                             [n for handler in getattr(node, "handlers", []) for n in handler.body]):
+                    visit(part)
+            else:
+                found.append(ast.unparse(node))
+    visit(tree.body)
+    return [text for text in found if len(_TOKEN.findall(text)) >= RESTATE_MIN_TOKENS]
+
+
+def _squashed(text):
+    return re.sub(r"\s+", "", text).replace("'", '"').rstrip(":")
+
+
+def _trigrams(text):
+    tokens = _TOKEN.findall(text)
+    return {tuple(tokens[i:i + 3]) for i in range(len(tokens) - 2)}
+
+
+def _key_entries(key, context=None):
+    """``(dict key or None, entry)`` for the names and numbers a prediction's key holds, as a hint would write them.
+
+    A name is a give-away only next to the entry it answers (the options of a multiple choice are
+    named by the prompt itself); a number is one wherever it is written.
+    """
+    if isinstance(key, torch.Tensor):
+        return _key_entries(key.tolist(), context)
+    if isinstance(key, dict):
+        return [entry for name, value in key.items() for entry in _key_entries(value, name)]
+    if isinstance(key, (list, tuple)):   # an order of named steps: the names are the prompt's, the order the key
+        return [entry for value in key for entry in _key_entries(value, context or "") if not entry[0] == ""]
+    if isinstance(key, bool) or key is None:
+        return []
+    if isinstance(key, (int, float)):
+        return [] if key in (0, 1, 2, -1) else [(None, f"{key:g}")]
+    return [(context, str(key))] if len(str(key)) >= 4 and context != "" else []
+
+
+def _states(text, word):
+    return re.search(rf"(?<![\w.]){re.escape(word)}(?![\w]|\.\d)", text) is not None
+
+
+def give_aways(exercise):
+    """Why the exercise's hints and messages give its answer away (empty when they do not)."""
+    texts = list(exercise.hints) + [m.message for m in exercise.misconceptions]
+    problems = []
+    if exercise.kind == "function":
+        statements = reference_statements(exercise)
+        squashed = [_squashed(text) for text in texts]
+        problems += [f"restates `{statement}`" for statement in statements
+                     if any(_squashed(statement) in text for text in squashed)]
+        reference = set().union(*map(_trigrams, statements)) if statements else set()
+        said = set().union(*map(_trigrams, texts)) if texts else set()
+        overlap = len(reference & said) / len(reference) if reference else 0.0
+        if overlap >= OVERLAP_LIMIT:
+            problems.append(f"holds {overlap:.0%} of the reference's token trigrams")
+    else:
+        for context, entry in _key_entries(exercise.reference()):
+            problems += [f"states the key's {entry!r}" for text in texts
+                         if _states(text, entry) and (context is None or _states(text, context))]
+    return sorted(set(problems))
+
+
+@pytest.mark.parametrize("exercise", [
+    pytest.param(e, marks=pytest.mark.xfail(strict=True, reason=HINTS_GIVE_IT_AWAY[e.id]))
+    if e.id in HINTS_GIVE_IT_AWAY else e for e in EXERCISES], ids=lambda exercise: exercise.id)
+def test_no_hint_or_message_gives_the_answer_away(exercise):
+    problems = give_aways(exercise)
+    assert not problems, f"{exercise.id}'s hints or misconception messages: " + "; ".join(problems)
+
+
+def test_the_give_away_test_catches_what_it_is_for():
+    planted = Exercise(id="99.planted", title="t", answer_name="cube_grad", reference=_planted_reference,
+                       inputs=lambda seed, hidden: (torch.ones(3),),
+                       hints=("Start with x = x.detach().requires_grad_().",))
+    assert give_aways(planted) == ["restates `x = x.detach().requires_grad_()`"]
+    fine = Exercise(id="99.fine", title="t", answer_name="cube_grad", reference=_planted_reference,
+                    inputs=lambda seed, hidden: (torch.ones(3),),
+                    hints=("Make x a leaf of your own that requires grad, then backpropagate the sum of its cubes.",))
+    assert give_aways(fine) == []
+    predicted = Exercise(id="99.key", title="t", answer_name="k", kind="value", solution_code="k = 1",
+                         reference=lambda: {"A": 12288, "B": "zero_grad_after_backward"},
+                         hints=("x is 64 by 32 floats: 12288 bytes with y.", "In loop B: zero_grad_after_backward.",
+                                "The options are zero_grad_after_backward and graph_cut."))
+    assert give_aways(predicted) == ["states the key's '12288'", "states the key's 'zero_grad_after_backward'"]
+
+
+def _planted_reference(x):
+    x = x.detach().requires_grad_()
+    (x ** 3).sum().backward()
+    return x.grad
