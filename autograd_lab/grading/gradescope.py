@@ -325,8 +325,8 @@ def _choose(upload, plan):
             candidates.setdefault(number, []).append((path, shown))
     chosen = {}
     for number, items in sorted(candidates.items()):
-        if plan.several_files == "newest":   # ties (one upload: one time) keep name order
-            items = sorted(items, key=lambda item: -item[0].stat().st_mtime)
+        if plan.several_files == "newest":   # to the minute: files of one upload (one time) keep name order
+            items = sorted(items, key=lambda item: -(int(item[0].stat().st_mtime) // 60))
         chosen[number] = items[0][0]
         for _, shown in items[1:]:
             notes.append(f"{shown}: a second file for notebook {number}; graded {items[0][1]} only.")
