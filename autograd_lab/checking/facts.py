@@ -174,7 +174,7 @@ def watch(tensors, *, watchlist=(), answer=None, sizes=True):
     samplers = _CountingConstructions(torch.utils.data.DistributedSampler)
     scalers = _CountingConstructions(torch.amp.GradScaler)
     tiny = _TinyEngineRuns()
-    tape = Tape(watchlist, own=function_class)
+    tape = Tape(watchlist, own=function_class, profile=bool(watchlist))   # the profile hook only for bans
     try:
         with samplers, scalers, tiny, tape:
             yield result

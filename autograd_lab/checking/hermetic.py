@@ -11,7 +11,8 @@ with its line (``origin``).
 which only exists on POSIX and only works in the main thread: elsewhere (Windows,
 a worker thread) the check runs without a time limit, and ``deadline.supported``
 says so.  Code stuck inside one long C++ call is interrupted when that call
-returns to Python.
+returns to Python, and code that is importing a module when the alarm comes is
+interrupted when the import is done.
 """
 
 import contextlib
@@ -48,7 +49,10 @@ class deadline:
         self._active = False
 
     def _fire(self, signum, frame):
-        if self._active:
+        # Never inside an import: a module interrupted half-way stays half-imported in sys.modules
+        # and breaks every later use (a first `torch.func` call imports torch._dynamo, seconds on a
+        # loaded machine).  The timer fires again every 50 ms, so the answer stops right after it.
+        if self._active and not _importing(frame):
             raise TimedOut()
 
     def stop(self):
@@ -68,6 +72,14 @@ class deadline:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self._previous)
         return False
+
+
+def _importing(frame):
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 class isolated:

@@ -9,8 +9,9 @@ the course; each remembers how it was made (``origin``), so a student build rebu
 from plain data.  Write another by giving the fields; a predicate that reads only
 ``facts`` travels in a release as the text of a one-line lambda.
 
-Every method also fails an answer that switched a recorder off or ran code in another
-thread or process (``tape_intact``, ``escapes``): what the tape could not see cannot be
+Every method also fails an answer that switched a recorder off (``tape_intact``), and,
+where the profile hook runs (a method that names code to watch: the bans), one that ran
+code in another thread or process (``escapes``): what the tape could not see cannot be
 judged.
 """
 
@@ -188,7 +189,7 @@ def no_forward_mode():
     """No forward-mode AD: no dual tensors, ``jvp`` or ``jacfwd`` (each enters a dual level)."""
     return Method(
         name="reverse mode (no forward-mode AD)",
-        holds=lambda facts: facts.get("forward_ad", 0) == 0,
+        holds=lambda facts: facts.get("forward_ad", 0) == 0, watch=("code:torch._C:_enter_dual_level",),
         message=("your answer used forward-mode AD (`torch.func.jvp`, `jacfwd` or dual tensors of "
                  "`torch.autograd.forward_ad`); the exercise is about the backward pass."),
         tag="forward_mode", origin=_made("no_forward_mode"))

@@ -11,7 +11,9 @@ Three recorders, each seeing what the others cannot:
 * a stand-in for the engine object that ``Tensor.backward``, ``torch.autograd.backward``
   and ``torch.autograd.grad`` call (and ``torch.func``'s ``grad``, ``vjp`` and ``jacrev``,
   which are built on them) counts backward passes and the passes started inside one;
-* a profile hook (``sys.setprofile``) sees every Python function and C builtin called in
+* a profile hook (``sys.setprofile``, only when a method names code to watch: the bans;
+  otherwise a ``TorchFunctionMode`` looks for dual tensors alone, which is cheaper while
+  an answer imports a large module) sees every Python function and C builtin called in
   this thread.  A function is recognised by its code object, so an alias, a copy
   (``types.FunctionType(f.__code__, ...)``) or a recompiled copy of its source is the
   same function; a method that runs on an object made by ``object.__new__`` or
@@ -40,6 +42,7 @@ import types
 
 import torch
 from torch.autograd.variable import Variable
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
 MAX_NAMES = 64          # distinct op names kept per table: a record stays small whatever ran
@@ -234,6 +237,19 @@ class _Ops(TorchDispatchMode):
         return out
 
 
+class _DualTensors(TorchFunctionMode):
+    """Counts dual tensors made (``_make_dual``: every forward-mode AD makes one), when no profile hook runs."""
+
+    def __init__(self, tape):
+        super().__init__()
+        self.tape = tape
+
+    def __torch_function__(self, func, types_, args=(), kwargs=None):
+        if getattr(func, "__name__", "") == "_make_dual":
+            self.tape.dual_levels += 1
+        return func(*args, **(kwargs or {}))
+
+
 def _tensors(value):
     if isinstance(value, torch.Tensor):
         return [value]
@@ -303,8 +319,9 @@ _COPIES = {id(copy.deepcopy.__code__), id(copy.copy.__code__)}
 class Tape:
     """One call's recorders; ``facts()`` is the plain record.  Use as a context manager."""
 
-    def __init__(self, watch=(), *, own=None):
+    def __init__(self, watch=(), *, own=None, profile=True):
         self.watchlist = Watchlist.of(watch)
+        self.profile = profile or bool(self.watchlist.specs)
         self.own = own                          # an autograd.Function subclass: its backward is "own"
         self.ops, self.backward_ops = collections.Counter(), collections.Counter()
         self.ran, self.copied = collections.Counter(), collections.Counter()
@@ -402,18 +419,27 @@ class Tape:
             set(_GC_CALLS) if self._young is not None else set())
         self._mode = _Ops(self)
         self._mode.__enter__()
-        sys.setprofile(self._profile)
-        threading.setprofile(self._profile)     # threads started with `threading` are seen too
+        self._duals = None
+        if self.profile:
+            sys.setprofile(self._profile)
+            threading.setprofile(self._profile)     # threads started with `threading` are seen too
+        else:                                       # cheaper: only forward-mode AD is looked for
+            self._duals = _DualTensors(self)
+            self._duals.__enter__()
         return self
 
     def __exit__(self, *exc_info):
-        intact = sys.getprofile() == self._profile and not self.switched_off   # before our own setprofile call
-        if self._previous_profile is None or self._chained is not None:
-            sys.setprofile(self._previous_profile)
-        else:                                   # a profiler written in C (cProfile) puts itself back
-            sys.setprofile(None)
-            getattr(self._previous_profile, "enable", lambda: None)()
-        threading.setprofile(self._previous_thread_profile)
+        if self._duals is not None:
+            self._duals.__exit__(None, None, None)
+            intact = True
+        else:
+            intact = sys.getprofile() == self._profile and not self.switched_off   # before our own setprofile call
+            if self._previous_profile is None or self._chained is not None:
+                sys.setprofile(self._previous_profile)
+            else:                                   # a profiler written in C (cProfile) puts itself back
+                sys.setprofile(None)
+                getattr(self._previous_profile, "enable", lambda: None)()
+            threading.setprofile(self._previous_thread_profile)
         stack = _get_current_dispatch_mode_stack()
         intact = intact and bool(stack) and stack[-1] is self._mode
         if self._mode in stack:
