@@ -5,7 +5,7 @@ from dataclasses import dataclass, field, replace
 KINDS = ("op", "leaf", "saved", "tensor", "constant", "summary")
 
 
-@dataclass
+@dataclass(slots=True)
 class Node:
     """One box in the picture.
 

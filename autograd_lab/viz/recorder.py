@@ -85,7 +85,3 @@ def record_modules(model):
         for handle in handles:
             handle.remove()
 
-
-def recorded_path(fn):
-    metadata = fn.metadata
-    return metadata.get(KEY) if metadata else None

@@ -156,7 +156,7 @@ class _Walker:
         absent = describe.absent_inputs(fn)
         node = self.labelled_op_node(fn, absent)
         self.absent.update((node.id, i) for i in absent)
-        tag = recorder.recorded_path(fn)
+        tag = fn.metadata.get(recorder.KEY)
         if tag is not None:   # record_modules(model) saw which module call made it
             node.cluster, titles = tag
             self.model.recorded_modules = True
