@@ -84,4 +84,3 @@ def record_modules(model):
     finally:
         for handle in handles:
             handle.remove()
-
