@@ -14,12 +14,10 @@ from autograd_lab import draw, trace_backward
 from autograd_lab.viz import describe, layout, modules, record_modules, text
 from autograd_lab.viz.graph import quick_layout
 
+from test_viz_lessons import OLD_TORCH, Counted
 from test_viz_modules import acyclic, import_or_skip
 
 needs_dot = pytest.mark.skipif(not layout.dot_available(), reason="graphviz dot not installed")
-OLD_TORCH = pytest.mark.skipif(
-    not describe.can_tell_hooks(),
-    reason="this torch's SavedTensor has no unpack_hook, so draw cannot tell a checkpointed tensor")
 
 
 def rnn_loss(steps, hidden=4):
@@ -208,16 +206,6 @@ def test_nested_tensors_in_the_strided_layout_draw_and_trace():
     trace = trace_backward(y)
     assert trace.order[-1] == "AccumulateGrad" and "(2, ragged, 3)" in trace.steps[-1][2][0]
     assert nt.grad is not None
-
-
-class Counted(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin, self.bn, self.calls = nn.Linear(4, 4), nn.BatchNorm1d(4), 0
-
-    def forward(self, x):
-        self.calls += 1
-        return self.bn(self.lin(x)).relu()
 
 
 @OLD_TORCH
