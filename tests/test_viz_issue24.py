@@ -47,6 +47,14 @@ def test_a_small_graph_is_laid_out_in_this_process_and_the_dot_process_still_wor
     assert titles(svg) == titles(by_process) == sorted(n.id for n in g.nodes)
 
 
+@needs_dot
+def test_without_graphviz_s_library_the_dot_process_draws(monkeypatch):
+    monkeypatch.setattr(layout, "_LOADED", [None])   # libgvc or its plugins not found
+    assert layout.backend() == "dot process"
+    trace = trace_backward(rnn_loss(2))
+    assert "<svg" in draw(rnn_loss(2)).svg() and "<svg" in trace.frames[-1].svg()   # neato -n2 for frames
+
+
 def test_clustered_or_huge_graphs_go_to_the_dot_process_with_its_time_limit():
     model = nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 1))
     with record_modules(model):

@@ -175,7 +175,12 @@ def _load():
 
 
 def _open(name):
+    """The library, from the system's search path or beside the ``dot`` on PATH (conda, Homebrew)."""
     path = ctypes.util.find_library(name)
+    if path is None and dot_available():
+        prefix = os.path.dirname(os.path.dirname(os.path.realpath(shutil.which("dot"))))
+        found = sorted(glob.glob(os.path.join(prefix, "lib", f"lib{name}.*[0-9]*")), key=len)
+        path = found[0] if found else None
     if path is None:
         raise OSError(f"lib{name} not found")
     return ctypes.CDLL(path)
