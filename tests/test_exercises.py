@@ -1216,6 +1216,26 @@ class _SquareByAutograd(_Square):
             return torch.autograd.grad(leaf * leaf, leaf, grad_output)[0]
 
 
+class _Tanh(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.tanh(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (y,) = ctx.saved_tensors
+        return grad_output * (1 - y * y)
+
+
+class _TanhByKernel(_Tanh):
+    @staticmethod
+    def backward(ctx, grad_output):
+        (y,) = ctx.saved_tensors       # PyTorch's own derivative kernel of tanh, not one's own
+        return torch.ops.aten.tanh_backward(grad_output, y)
+
+
 def _leaf_vector(seed, hidden):
     generator = torch.Generator().manual_seed(seed)
     return (torch.randn(4, generator=generator, dtype=torch.float64).requires_grad_(),)
@@ -1228,6 +1248,10 @@ def test_own_function_needs_a_function_whose_backward_computes_the_derivative():
     assert not_a_function.misconception == "own_function" and "not a `torch.autograd.Function`" in not_a_function.messages[0]
     asks_autograd = check("99.sample", _SquareByAutograd)
     assert asks_autograd.misconception == "own_function" and "runs autograd" in asks_autograd.messages[0]
+    make("99.tanh", reference=_Tanh, inputs=_leaf_vector, compare=("value", "grad"), method=own_function())
+    assert check("99.tanh", _Tanh).status == "passed"
+    by_kernel = check("99.tanh", _TanhByKernel)
+    assert by_kernel.misconception == "own_function" and "derivative kernels" in by_kernel.messages[0]
 
 
 def _blocks(seed, hidden):
