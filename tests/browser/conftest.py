@@ -2,12 +2,16 @@
 
 The browser is Debian's ``chromium`` (``scripts/ensure-system-packages chromium``), driven
 by the ``playwright`` package: no browser is downloaded, so the test runs offline.
-JupyterLab starts the way ``make lab`` starts it (``autograd-lab workspace``, then
-``jupyter lab`` on the workspace with IPC kernels), but on a temporary workspace, on
-loopback, with a token and a free port, so a developer's own ``work/`` is never touched.
-Every wait is bounded; the server and the browser are stopped even when a test fails.
+JupyterLab starts the way ``make lab`` starts it (``autograd-lab lab``: the workspace, the
+course's JupyterLab settings and server extension, IPC kernels), but on a temporary
+course and workspace, on loopback, with a token and a free port, so a developer's own
+``work/`` is never touched.  The course is a copy of ``notebooks/`` that receives an
+update before the start, as after a ``git pull``: the student had edited 01 (which gets
+a notice) and never touched 02 (which is refreshed).  Every wait is bounded; the server
+and the browser are stopped even when a test fails.
 """
 
+import json
 import os
 import secrets
 import shutil
@@ -28,6 +32,9 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SERVER_START_S = 90
 BIN = Path(sys.executable).parent
+EDITED, UNTOUCHED = "01_dynamic_graph.ipynb", "02_vjp_scalar_loss.ipynb"
+STUDENT_NOTE = "My notes on the dynamic graph."
+COURSE_FIX = "A course fix, shipped after the student's copy was made."
 
 
 def free_port():
@@ -40,7 +47,7 @@ def wait_for_server(url, process, log):
     deadline = time.monotonic() + SERVER_START_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"jupyter lab exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+            raise RuntimeError(f"autograd-lab lab exited with {process.returncode}:\n{log.read_text()[-3000:]}")
         try:
             with urllib.request.urlopen(url, timeout=5) as response:
                 if response.status == 200:
@@ -62,6 +69,13 @@ def stop(process):
         process.wait(timeout=15)
 
 
+def append_markdown(path, text):
+    notebook = json.loads(path.read_text())
+    notebook["cells"].append({"cell_type": "markdown", "id": f"added-{len(notebook['cells'])}",
+                              "metadata": {}, "source": text})
+    path.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
+
+
 @pytest.fixture(scope="session")
 def artifacts():
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -69,37 +83,54 @@ def artifacts():
 
 
 @pytest.fixture(scope="session")
-def lab(tmp_path_factory, artifacts):
-    """A running JupyterLab on a fresh workspace; yields (base URL, token, workspace folder)."""
+def lab_home(tmp_path_factory):
+    """The folder of the test's course (``course/``), workspace (``work/``) and Jupyter state."""
     home = tmp_path_factory.mktemp("lab")
-    work = home / "work"
-    subprocess.run([BIN / "autograd-lab", "workspace", "--course", ROOT / "notebooks", "--work", work],
+    course, work = home / "course", home / "work"
+    shutil.copytree(ROOT / "notebooks", course)
+    # The first `make lab`: the copies are made.
+    subprocess.run([BIN / "autograd-lab", "workspace", "--course", course, "--work", work],
                    check=True, timeout=60, capture_output=True)
-    settings = home / "settings"
-    # Render every cell, not only those in view, so the test can see all outputs.
+    append_markdown(work / EDITED, STUDENT_NOTE)   # the student's own work
+    for name in (EDITED, UNTOUCHED):               # then `git pull` brings fixes
+        append_markdown(course / name, COURSE_FIX)
+    return home
+
+
+@pytest.fixture(scope="session")
+def course_update():
+    """What changed before JupyterLab started (see ``lab_home``)."""
+    return {"edited": EDITED, "untouched": UNTOUCHED, "student_note": STUDENT_NOTE, "course_fix": COURSE_FIX}
+
+
+@pytest.fixture(scope="session")
+def lab_log(artifacts):
+    return artifacts / "jupyterlab.log"
+
+
+@pytest.fixture(scope="session")
+def lab(lab_home, lab_log):
+    """JupyterLab started as `make lab` starts it; yields (base URL, token, workspace folder)."""
+    home = lab_home
+    work, settings = home / "work", home / "settings"
+    # The test's only own setting: render every cell, not only those in view, so it can
+    # see all outputs.  The course's settings (no news pop-up) come from `autograd-lab lab`.
     tracker = settings / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
     tracker.parent.mkdir(parents=True)
     tracker.write_text('{"windowingMode": "none"}')
-    # No "get notified about Jupyter news?" pop-up over the screenshots (and no network).
-    news = settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
-    news.parent.mkdir(parents=True)
-    news.write_text('{"fetchNews": "false", "checkForUpdates": false}')
     env = dict(os.environ, OMP_NUM_THREADS="1", JUPYTER_CONFIG_DIR=str(home / "config"),
                JUPYTERLAB_SETTINGS_DIR=str(settings), JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"),
                JUPYTER_RUNTIME_DIR=str(home / "runtime"))
     port, token = free_port(), secrets.token_hex(16)
-    command = [BIN / "jupyter", "lab", "--no-browser", f"--notebook-dir={work}", "--ServerApp.ip=127.0.0.1",
-               f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-               "--KernelManager.transport=ipc"]  # as in the Makefile's LAB_FLAGS
-    if os.geteuid() == 0:
-        command.append("--allow-root")
-    log = artifacts / "jupyterlab.log"
-    with open(log, "w") as log_file:
+    command = [BIN / "autograd-lab", "lab", "--course", home / "course", "--work", work, "--no-browser",
+               "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+               f"--IdentityProvider.token={token}"]
+    with open(lab_log, "w") as log_file:
         process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env, cwd=home,
                                    start_new_session=True)
     try:
         base = f"http://127.0.0.1:{port}"
-        wait_for_server(f"{base}/api/status?token={token}", process, log)
+        wait_for_server(f"{base}/api/status?token={token}", process, lab_log)
         yield base, token, work
     finally:
         stop(process)

@@ -1,8 +1,8 @@
 """Every page of the built course site (``make site``) in Chromium, with the network cut.
 
-Each page must load from its own files only, with no broken image, no broken link and
-every formula typeset by the bundled MathJax.  Pages are screenshotted in
-build/browser-artifacts/site/.
+Each page must load from its own files only, with no broken image, no broken link, no
+error in the console, every formula typeset by the bundled MathJax, and no word about
+installing something to see it.  Pages are screenshotted in build/browser-artifacts/site/.
 """
 
 import os
@@ -29,7 +29,12 @@ def offline_page(browser_context):
         route.abort()
     page.route(re.compile(r"^(?!file:|data:|about:blank).*"), block)
     failed = []
+    # about:blank is where the test parks between pages; a font MathJax asks for from
+    # about:blank is refused with a console error, which `console` catches.
     page.on("requestfailed", lambda request: None if request.url.startswith("about:") else failed.append(request.url))
+    page.on("console", lambda message: failed.append(f"console {message.type}: {message.text[:200]}")
+            if message.type == "error" else None)
+    page.on("pageerror", lambda error: failed.append(f"page error: {error}"))
     yield page, outside, failed
     page.close()
 
@@ -81,7 +86,10 @@ def test_page_loads_offline_with_nothing_broken(offline_page, path, artifacts):
     for headline in page.locator(".autograd-lab-box > strong").all_inner_texts():
         assert "not attempted" in headline or headline.startswith("Hint "), f"{path.name}: {headline}"
 
-    assert failed == [] and outside == [], f"requests that failed or left the site: {failed + outside}"
+    # A static page cannot run the trace's slider: it shows the saved picture, and asks for nothing.
+    assert "install ipywidgets" not in page.inner_text("body")
+
+    assert failed == [] and outside == [], f"requests that failed or left the site, console errors: {failed + outside}"
     site_artifacts = artifacts / "site"
     site_artifacts.mkdir(exist_ok=True)
     page.screenshot(path=site_artifacts / f"{path.stem}.png")
