@@ -257,7 +257,9 @@ def test_a_wrong_file(autograder_zip, tmp_path):
 
 
 def test_one_notebook_and_several(autograder_zip, tmp_path):
-    one, log = _run(autograder_zip, tmp_path / "one", {"00_start_here.ipynb": _notebook("00", {"00.cube_grad": CUBE})})
+    on_time = _metadata("2026-11-19T10:00:00Z")
+    one, log = _run(autograder_zip, tmp_path / "one", {"00_start_here.ipynb": _notebook("00", {"00.cube_grad": CUBE})},
+                    on_time)
     assert one["score"] == 1 and "Graded 00_start_here.ipynb as notebook 00: 1 / 10 points" in one["output"]
     assert "notebook 00: grading 1 file(s)" in log          # progress, in the instructor's log
     by_name = {t["name"].split(" ")[0]: t for t in one["tests"]}
@@ -269,7 +271,7 @@ def test_one_notebook_and_several(autograder_zip, tmp_path):
         "mine.ipynb": _notebook("00", {"00.cube_grad": CUBE, "00.needs_grad": NEEDS}),    # found by its cells
         "01_dynamic_graph.ipynb": _notebook("01", {"01.saved_bytes": "saved_bytes = 12288"}),
         "old_copy.ipynb": _notebook("00", {}),  # one upload, one time: the first in name order is graded
-        "notes.txt": "scratch"})
+        "notes.txt": "scratch"}, on_time)
     # 00: 2 of 2; 01: 1 of its 4 points, scaled to 8 -> 2
     assert several["score"] == 4 and "4 / 10 points" in several["output"]
     assert "old_copy.ipynb: a second file for notebook 00; graded mine.ipynb only" in several["output"]
