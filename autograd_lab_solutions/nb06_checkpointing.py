@@ -3,7 +3,7 @@
 import torch
 import torch.nn as nn
 
-from autograd_lab.checking import Exercise, Misconception, WrongAnswer, register
+from autograd_lab.checking import Exercise, Misconception, WrongAnswer, checkpoint_used, register
 
 
 # --- 06.best_segments ------------------------------------------------------------------
@@ -15,15 +15,25 @@ def best_segments(n):
     return min(divisors, key=lambda s: ((s - 1) + n // s + 1, s))
 
 
+# Every public and hidden n is chosen so that the shortcuts fail on some of them: n that are not
+# perfect squares, where sqrt(n) is no divisor (isqrt, round(sqrt(n)), and minimising over every s,
+# divisor or not, then pick a non-divisor), and n with two tied divisors (the larger is wrong).
+_PUBLIC_COUNTS = (12, 50, 64)
+_HIDDEN_COUNTS = (18, 96, 200)
+
+
 def _block_count(seed, hidden):
-    public = (12, 36, 64)
-    hidden_counts = (50, 96, 128)
-    return ((hidden_counts if hidden else public)[seed % 3],)
+    return ((_HIDDEN_COUNTS if hidden else _PUBLIC_COUNTS)[seed % 3],)
 
 
 def _largest_of_ties(n):
     counts = {s: (s - 1) + n // s + 1 for s in range(1, n + 1) if n % s == 0}
     return max(s for s, count in counts.items() if count == min(counts.values()))
+
+
+def _any_segment_count(n):
+    """The formula minimised over every s, divisor or not (with n / s as a float)."""
+    return min(range(1, n + 1), key=lambda s: (s - 1) + n / s + 1)
 
 
 register(Exercise(
@@ -35,11 +45,12 @@ register(Exercise(
     points=1,
     hints=(
         "Only segment counts that divide n give uniform segments: try every divisor s of n.",
-        "Count (s - 1) + n // s + 1 for each and keep the smallest.",
+        "Count (s - 1) + n // s + 1 for each divisor and keep the smallest.",
         "When two counts tie (s and n // s often do), prefer the smaller s: it recomputes fewer blocks.",
     ),
     misconceptions=(
-        Misconception("not_divisor", "Segments must be uniform: choose s among the divisors of n.",
+        Misconception("not_divisor", "Segments must be uniform: choose s among the divisors of n. sqrt(n), "
+                      "rounded or not, is a divisor only for some n.",
                       lambda s, r, args: not isinstance(s, int) or args[0] % s != 0),
         Misconception("tie_break", "That count ties with the best one; prefer the smaller s, which "
                       "recomputes fewer blocks.",
@@ -49,6 +60,10 @@ register(Exercise(
     ),
     wrong_answers=(
         WrongAnswer(lambda n: n ** 0.5, expect="not_divisor", note="sqrt(n) itself, rarely a divisor"),
+        WrongAnswer(lambda n: __import__("math").isqrt(n), expect="not_divisor",
+                    note="isqrt(n): a divisor only when n is a square (50 is not)"),
+        WrongAnswer(lambda n: round(n ** 0.5), expect="not_divisor", note="round(sqrt(n))"),
+        WrongAnswer(_any_segment_count, expect="not_divisor", note="the formula minimised over every s"),
         WrongAnswer(_largest_of_ties, expect="tie_break", note="the right count, the wrong side of sqrt(n)"),
         WrongAnswer(lambda n: n, expect="extreme"),
         WrongAnswer(lambda n: 1, expect="extreme"),
@@ -59,42 +74,77 @@ register(Exercise(
 # --- 06.saved_for_segments ------------------------------------------------------------------
 
 def saved_for_segments(sizes):
-    # Every segment but the last is checkpointed and keeps only its input; the last one runs
-    # normally and keeps its input plus one activation per block.
-    return (len(sizes) - 1) + sizes[-1] + 1
+    # The forward pass keeps each checkpointed segment's input, and the last segment's input plus
+    # one activation per block.  Recomputing checkpointed segment k (0-based) brings its sizes[k]
+    # activations back while the inputs of segments 0..k are still kept: k + 1 + sizes[k].  That
+    # expression for the last segment is the forward pass's count, so the most is its maximum.
+    kept = (len(sizes) - 1) + sizes[-1] + 1
+    most = max(k + 1 + size for k, size in enumerate(sizes))
+    return kept, most
 
 
 def _segment_sizes(seed, hidden):
+    """Segment sizes where a different term is the largest, by seed: the last, the first or a middle segment."""
     generator = torch.Generator().manual_seed(seed)
-    count = int(torch.randint(2, 7 if hidden else 5, (1,), generator=generator))
-    return (torch.randint(1, 9, (count,), generator=generator).tolist(),)
+    count = int(torch.randint(3, 7 if hidden else 6, (1,), generator=generator))
+    sizes = torch.randint(1, 5, (count,), generator=generator).tolist()
+    sizes[(-1, 0, count // 2)[seed % 3]] += 8
+    return (sizes,)
+
+
+def _kept_only(sizes):
+    kept = (len(sizes) - 1) + sizes[-1] + 1
+    return kept, kept
+
+
+def _first_segment_only(sizes):
+    kept = (len(sizes) - 1) + sizes[-1] + 1
+    return kept, max(kept, 1 + sizes[0])
+
+
+def _popped(sizes):
+    last = sizes.pop()             # changes the caller's list
+    return len(sizes) + last + 1, max(k + 1 + size for k, size in enumerate(sizes + [last]))
 
 
 register(Exercise(
     id="06.saved_for_segments",
-    title="Predict the saved activations of a schedule",
+    title="Predict what a schedule keeps, and the most it holds",
     answer_name="saved_for_segments",
     reference=saved_for_segments,
     inputs=_segment_sizes,
-    points=1,
+    points=2,
     hints=(
         "A checkpointed segment keeps one tensor: its input. Which segments are checkpointed?",
-        "checkpoint_sequential runs the last segment normally: each of its blocks keeps one activation, plus its input.",
+        "The last segment runs normally: each of its blocks keeps one activation, plus its input.",
+        "During backward, a checkpointed segment is recomputed while the inputs of the segments before it "
+        "(and its own) are still kept. Which segment's recomputation holds the most at once?",
     ),
     misconceptions=(
         Misconception("all_segments_checkpointed", "checkpoint_sequential does not checkpoint the last "
                       "segment: it runs normally and keeps all its activations.",
-                      lambda s, r, args: s == len(args[0])),
+                      lambda s, r, args: s[0] == len(args[0])),
         Misconception("counted_every_block", "Blocks inside a checkpointed segment keep nothing: only the "
                       "segment's input is stored, and the blocks are recomputed during backward.",
-                      lambda s, r, args: s == sum(args[0]) + 1),
-        Misconception("forgot_input", "The last segment also keeps its input (the first Linear saves it).",
-                      lambda s, r, args: s == r - 1),
+                      lambda s, r, args: s[0] == sum(args[0]) + 1),
+        Misconception("forgot_input", "The last segment also keeps its input (its first Linear saves it).",
+                      lambda s, r, args: s[0] == r[0] - 1),
+        Misconception("most_is_kept", "Backward can hold more than the forward pass kept: a recomputed segment "
+                      "brings its activations back while earlier segments' inputs are still kept.",
+                      lambda s, r, args: s[0] == r[0] and s[1] == r[0] != r[1]),
+        Misconception("only_first_segment", "The first segment is not always the one that holds the most when "
+                      "recomputed: segment k holds its own activations plus the k + 1 inputs still kept, so "
+                      "compare every segment.",
+                      lambda s, r, args: s[0] == r[0] and s[1] == max(r[0], 1 + args[0][0]) != r[1]),
     ),
     wrong_answers=(
-        WrongAnswer(lambda sizes: len(sizes), expect="all_segments_checkpointed"),
-        WrongAnswer(lambda sizes: sum(sizes) + 1, expect="counted_every_block"),
-        WrongAnswer(lambda sizes: (len(sizes) - 1) + sizes[-1], expect="forgot_input"),
+        WrongAnswer(lambda sizes: (len(sizes), len(sizes)), expect="all_segments_checkpointed"),
+        WrongAnswer(lambda sizes: (sum(sizes) + 1, sum(sizes) + 1), expect="counted_every_block"),
+        WrongAnswer(lambda sizes: ((len(sizes) - 1) + sizes[-1], (len(sizes) - 1) + sizes[-1]), expect="forgot_input"),
+        WrongAnswer(_kept_only, expect="most_is_kept", note="the forward pass's count as the most"),
+        WrongAnswer(_first_segment_only, expect="only_first_segment",
+                    note="max(kept, recomputing the first segment): right only when the first segment is the longest"),
+        WrongAnswer(_popped, expect="modified_input", note="the right pair, computed by popping the caller's list"),
     ),
 ))
 
@@ -128,14 +178,14 @@ def _seeded_linear(fan_in, fan_out, generator):
 def _frozen_input_model(seed, hidden):
     """An MLP of Linear -> GELU -> Linear blocks (three saved activations each) and a frozen input."""
     generator = torch.Generator().manual_seed(seed)
-    depth, width = (5, 24) if hidden else (4, 16)
+    depth, width = (5 + seed % 2, 24) if hidden else (3 + seed % 3, 16)   # the depth varies by case
     blocks = [nn.Sequential(_seeded_linear(width, 2 * width, generator), nn.GELU(),
                             _seeded_linear(2 * width, width, generator)) for _ in range(depth)]
     x = torch.randn(4, width, generator=generator)  # the output of a frozen embedding: no requires_grad
     return nn.Sequential(*blocks), x
 
 
-def _mistaken_step(model, x, *, wrap=True, reentrant=False, backward=True):
+def _mistaken_step(model, x, *, wrap=True, reentrant=False, backward=True, loss_inside=True, as_input=None):
     """The reference with one thing changed: the wrong answers students actually write."""
     import warnings
 
@@ -144,13 +194,15 @@ def _mistaken_step(model, x, *, wrap=True, reentrant=False, backward=True):
     from autograd_lab.labs.memory import saved_tensors
     from autograd_lab.labs.recompute import activations_kept
 
+    h = x if as_input is None else as_input(x)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # reentrant + frozen input: "None of the inputs have requires_grad=True"
         with saved_tensors(exclude=model.parameters()) as saved:
-            h = x
             for block in model:
                 h = checkpoint(block, h, use_reentrant=reentrant) if wrap else block(h)
-            loss = h.pow(2).mean()
+            loss = h.pow(2).mean() if loss_inside else None
+    if loss is None:
+        loss = h.pow(2).mean()
     if backward:
         loss.backward()
     return loss, activations_kept(saved)
@@ -168,11 +220,35 @@ def _one_segment(model, x):
     return loss, activations_kept(saved)
 
 
-def _plain_step(model, x):
-    return _mistaken_step(model, x, wrap=False)
+def _typed_count(model, x):
+    """No checkpoint at all, and the count a checkpointed step would have, typed."""
+    loss = model(x).pow(2).mean()
+    loss.backward()
+    return loss, len(model) + 1
 
 
-def _depth(parameters):
+def _checkpointed_for_show(model, x):
+    """A checkpointed forward measured for the count, then an ordinary forward for the loss and backward."""
+    count = _mistaken_step(model, x, backward=False)[1]
+    loss = model(x).pow(2).mean()
+    loss.backward()
+    return loss, count
+
+
+def _sequential_shortcut(model, x):
+    """checkpoint_sequential with one segment per block: its last segment is not checkpointed."""
+    from torch.utils.checkpoint import checkpoint_sequential
+
+    from autograd_lab.labs.memory import saved_tensors
+    from autograd_lab.labs.recompute import activations_kept
+
+    with saved_tensors(exclude=model.parameters()) as saved:
+        loss = checkpoint_sequential(model, len(model), x, use_reentrant=False).pow(2).mean()
+    loss.backward()
+    return loss, activations_kept(saved)
+
+
+def _blocks_in(parameters):
     """Blocks in the model, from its decoded parameters ({"0.0.weight": ..., "0.2.weight": ...})."""
     return sum(name.endswith(".0.weight") for name in parameters)
 
@@ -189,31 +265,40 @@ register(Exercise(
     inputs=_frozen_input_model,
     compare=("value", "args"),
     modifies=("model:grad",),          # loss.backward() fills the parameters' .grad, and nothing else
+    method=checkpoint_used(),          # one non-reentrant checkpoint per block, each recomputed in backward
     rtol=1e-5,
     atol=1e-7,
     points=2,
     hints=(
-        "Loop over the blocks of model and call checkpoint(block, h, use_reentrant=False) on each.",
-        "Measure inside `with saved_tensors(exclude=model.parameters()) as saved:` and return "
-        "`activations_kept(saved)`, the saved tensors that hold data.",
-        "x comes from a frozen embedding (no requires_grad): the reentrant checkpoint would silently "
-        "give the blocks no gradients, so use use_reentrant=False.",
+        "Loop over the blocks of the model and give each block its own non-reentrant checkpoint, passing the "
+        "previous block's output on to the next.",
+        "The count is measured: the forward pass and the loss both go inside the `saved_tensors` measurement "
+        "that leaves out the parameters; backward comes after it, and `activations_kept` counts what was saved.",
+        "x comes from a frozen embedding (no requires_grad): the reentrant checkpoint would leave the blocks "
+        "without gradients (only a warning at forward time), so use use_reentrant=False.",
     ),
     misconceptions=(
-        Misconception("not_checkpointed", "The blocks were not checkpointed: the forward pass kept "
-                      "three activations per block. Wrap each block in checkpoint(..., use_reentrant=False).",
-                      lambda s, r, args: _saved_count(s) == 3 * _depth(args[0]) + 1),
-        Misconception("one_segment", "The model was checkpointed as one segment: the forward pass kept only "
-                      "its input and the output the loss saves. The exercise asks for one checkpoint per block, "
-                      "which keeps every block's input.",
-                      lambda s, r, args: _saved_count(s) == 2),
+        Misconception("loss_outside", "Your count leaves out the tensor the loss saves: `pow(2)` saves the "
+                      "model's output for its backward. Compute the loss inside the `saved_tensors` block too.",
+                      lambda s, r, args: _saved_count(s) == _blocks_in(args[0])),
     ),
     wrong_answers=(
-        WrongAnswer(_plain_step, expect="not_checkpointed"),
-        WrongAnswer(_one_segment, expect="one_segment", note="the shortcut: one checkpoint around the model"),
-        WrongAnswer(lambda model, x: _mistaken_step(model, x, backward=False), expect="none",
-                    note="forgot loss.backward(): no parameter gradients"),
+        WrongAnswer(_typed_count, expect="checkpoint", note="no checkpoint, the count typed as len(model) + 1"),
+        WrongAnswer(_checkpointed_for_show, expect="checkpoint",
+                    note="checkpointed only for the count; the loss comes from an ordinary forward"),
+        WrongAnswer(_one_segment, expect="checkpoint", note="one checkpoint around the whole model"),
+        WrongAnswer(_sequential_shortcut, expect="checkpoint",
+                    note="checkpoint_sequential(model, len(model)): its last block is not checkpointed"),
+        WrongAnswer(lambda model, x: _mistaken_step(model, x, wrap=False), expect="checkpoint",
+                    note="no checkpoint, the count measured"),
+        WrongAnswer(lambda model, x: _mistaken_step(model, x, backward=False), expect="checkpoint",
+                    note="forgot loss.backward(): nothing was recomputed, no parameter gradients"),
+        WrongAnswer(lambda model, x: _mistaken_step(model, x, reentrant=True,
+                                                     as_input=lambda t: t.detach().requires_grad_()),
+                    expect="checkpoint", note="the reentrant checkpoint on a copy of x that requires grad"),
         WrongAnswer(lambda model, x: _mistaken_step(model, x, reentrant=True), expect="error",
                     note="reentrant + frozen input: the loss has no grad_fn"),
+        WrongAnswer(lambda model, x: _mistaken_step(model, x, loss_inside=False), expect="loss_outside",
+                    note="measured the blocks, computed the loss after the saved_tensors block"),
     ),
 ))

@@ -1,12 +1,17 @@
 """The references of notebook 06's exercises agree with measurements of real checkpointed models."""
 
+import math
+
 import torch
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
 from autograd_lab.labs.memory import saved_tensors
 from autograd_lab.labs.recompute import activations_kept, predicted_saved
+from autograd_lab.labs.step_memory import step_moments
 from autograd_lab_solutions import nb06_checkpointing as nb06
+
+ACTIVATIONS = ("kept by checkpoints", "saved by the last segment", "recomputed segment")
 
 
 def _segments_forward(blocks, sizes, x):
@@ -19,15 +24,39 @@ def _segments_forward(blocks, sizes, x):
     return h
 
 
-def test_saved_for_segments_matches_a_measured_forward():
+def test_saved_for_segments_matches_a_measured_forward_and_the_step_memory_model():
     torch.manual_seed(0)
-    for seed in (0, 1, 2, 101, 102):
+    for seed in (0, 1, 2, 101, 102, 103):
         (sizes,) = nb06._segment_sizes(seed, hidden=seed > 100)
         blocks = nn.Sequential(*[nn.Sequential(nn.Linear(8, 8), nn.Tanh()) for _ in range(sum(sizes))])
         x = torch.randn(2, 8, requires_grad=True)
         with saved_tensors(exclude=blocks.parameters()) as saved:
             _segments_forward(blocks, sizes, x)
-        assert activations_kept(saved) == nb06.saved_for_segments(sizes), sizes
+        kept, most = nb06.saved_for_segments(sizes)
+        assert activations_kept(saved) == kept, sizes
+        # the model tests/test_step_memory.py proves against the profiler; + 1 for x, which it leaves out
+        alive = max(sum(m.terms.get(term, 0) for term in ACTIVATIONS) for m in step_moments(sizes, 8, 2))
+        assert alive + 1 == most, sizes
+
+
+def test_saved_for_segments_inputs_make_each_term_the_largest_somewhere():
+    # the forward pass's count, the first segment's recomputation, a middle segment's: each wins in public cases
+    winners = set()
+    for seed in (0, 1, 2):
+        (sizes,) = nb06._segment_sizes(seed, hidden=False)
+        terms = [k + 1 + size for k, size in enumerate(sizes)]
+        best = terms.index(max(terms))
+        winners.add("last" if best == len(sizes) - 1 else "first" if best == 0 else "middle")
+    assert winners == {"last", "first", "middle"}
+
+
+def test_best_segments_public_inputs_catch_every_shortcut_the_hidden_ones_catch():
+    from autograd_lab.checking import check, get
+    for wrong in get("06.best_segments").wrong_answers:
+        assert check("06.best_segments", wrong.answer).status == "failed", wrong.note
+    publics = [nb06._block_count(seed, False)[0] for seed in (0, 1, 2)]
+    assert any(math.isqrt(n) ** 2 != n and n % math.isqrt(n) for n in publics)        # isqrt is caught
+    assert any(nb06._largest_of_ties(n) != nb06.best_segments(n) for n in publics)   # the tie is caught
 
 
 def test_best_segments_minimises_the_formula_and_prefers_fewer_segments():
@@ -43,7 +72,7 @@ def test_checkpointed_step_keeps_fewer_activations_and_the_same_gradients():
     loss, saved = nb06.checkpointed_step(model, x)
     grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad(set_to_none=True)
-    plain_loss, plain_saved = nb06._plain_step(model, x)
+    plain_loss, plain_saved = nb06._mistaken_step(model, x, wrap=False)
     assert saved == len(model) + 1 and plain_saved == 3 * len(model) + 1
     assert torch.equal(loss, plain_loss)
     assert all(torch.equal(g, p.grad) for g, p in zip(grads, model.parameters()))

@@ -35,3 +35,19 @@ def test_measure_segments_reports_every_schedule():
 def test_non_divisor_is_refused_with_the_valid_choices():
     with pytest.raises(ValueError, match=r"one of \[1, 2, 3, 6\]"):
         predicted_saved(6, 4)
+
+
+def test_a_checkpoint_saves_an_empty_placeholder_on_older_releases_and_activations_kept_ignores_it():
+    # notebook 06 counts activations_kept (tensors that hold data), the same on every release;
+    # the raw count of saved tensors is what versions.behaviour("checkpoint_saved_tensors") says
+    from torch.utils.checkpoint import checkpoint
+
+    from autograd_lab import versions
+    from autograd_lab.labs.memory import saved_tensors
+
+    model = _tanh_mlp(4)
+    x = torch.randn(4, 16, requires_grad=True)
+    with saved_tensors(exclude=model.parameters()) as saved:
+        checkpoint(model, x, use_reentrant=False)
+    assert saved.count == versions.behaviour("checkpoint_saved_tensors").value
+    assert activations_kept(saved) == 1

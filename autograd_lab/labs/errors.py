@@ -77,8 +77,9 @@ class expect_warning:
     """Context manager: the block must emit a ``category`` warning starting with ``starts_with``.
 
     Warnings are captured rather than sent to stderr, so a graded cell stays clean.
-    The expected warning is printed and kept as ``.message``; any other warnings
-    raised in the block are listed in ``.others``.
+    The expected warning is printed and kept as ``.message``; ``.count`` says how many
+    times it was raised in the block; any other warnings raised in the block are listed
+    in ``.others``.
     """
 
     def __init__(self, category, starts_with, *, max_lines=3, quiet=False):
@@ -87,6 +88,7 @@ class expect_warning:
         self.max_lines = max_lines
         self.quiet = quiet
         self.message = None
+        self.count = 0
         self.others = []
 
     def __enter__(self):
@@ -109,6 +111,7 @@ class expect_warning:
                 f"but saw {seen}. PyTorch's behaviour has changed: update this cell."
             )
         self.message = _clean(found[0].message, self.max_lines)
+        self.count = len(found)
         if not self.quiet:
             print(f"{found[0].category.__name__} (expected): {self.message}")
         return False

@@ -103,6 +103,18 @@ def backward_ops(loss):
     return counting.ops
 
 
+def cpu_time_by_op(step):
+    """Run ``step()`` under the profiler (CPU); the self CPU time of each op, in microseconds, by name."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from autograd_lab.labs.step_memory import quiet_profiler
+
+    quiet_profiler()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    return {event.key: event.self_cpu_time_total for event in prof.key_averages()}
+
+
 def gpu_record_or_plan(name, plan):
     """Without a GPU: the newest committed record of ``name`` if there is one, else ``plan``.
 

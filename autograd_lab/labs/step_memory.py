@@ -182,6 +182,14 @@ class MeasuredPeak:
     bytes: int
     op: str | None         # the innermost aten op running at the peak
     node: str | None       # the autograd node running it (None in the forward pass)
+    end_bytes: int = 0     # what is still alive when the step returns, above its start
+
+
+def quiet_profiler():
+    """Keep kineto (the profiler's backend) off stderr: from torch 2.13 it prints its start and stop
+    markers there at every log level below 6, and the course's cells keep stderr for warnings.
+    Must run before the first profile of the process; a level the user set is left alone."""
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
 
 _NODE_PREFIX = "autograd::engine::evaluate_function: "
@@ -196,9 +204,7 @@ def profile_peak(step):
     """
     from torch.profiler import ProfilerActivity, profile
 
-    # Kineto (the profiler's backend) prints its start and stop markers on stderr on torch
-    # 2.13 and later at every log level below 6; the course's cells keep stderr for warnings.
-    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+    quiet_profiler()
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         step()
     events = list(prof.profiler.kineto_results.events())
@@ -211,8 +217,8 @@ def profile_peak(step):
         if live > peak:
             peak, peak_time = live, time
     if peak_time is None:
-        return MeasuredPeak(0, None, None)
+        return MeasuredPeak(0, None, None, live)
     running = sorted((span for span in spans if span[0] <= peak_time <= span[1]), key=lambda s: s[1] - s[0])
     op = next((name for _, _, name in running if name.startswith("aten::")), None)
     node = next((name[len(_NODE_PREFIX):] for _, _, name in running if name.startswith(_NODE_PREFIX)), None)
-    return MeasuredPeak(peak, op, node)
+    return MeasuredPeak(peak, op, node, live)
