@@ -120,3 +120,38 @@ def test_ensure_dot_is_quiet_and_quick_when_dot_exists():
 
     result = subprocess.run(["bash", str(ROOT / "scripts" / "ensure-dot")], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and result.stderr == ""
+
+
+def test_make_test_browser_reuses_a_site_that_is_up_to_date(tmp_path):
+    # The site is a file target: rebuilt when a notebook or the package changed, not every time.
+    import os
+    import shutil
+    import subprocess
+    import time
+
+    shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
+    files = ["pyproject.toml", "requirements/course.txt", "notebooks/01_a.ipynb", "autograd_lab/viz/graph.py",
+             "autograd_lab_solutions/nb01_a.py", ".venv/.installed", "build/site/.built"]
+    old = time.time() - 100
+    for name in files:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+        os.utime(tmp_path / name, (old, old))
+        old += 10  # in this order: the stamp after the set-up files, the site last
+    builds_site = lambda: "autograd_lab.course.site" in subprocess.run(
+        ["make", "-n", "test-browser"], cwd=tmp_path, capture_output=True, text=True, timeout=60).stdout
+    assert not builds_site()
+    for changed in ("notebooks/01_a.ipynb", "autograd_lab/viz/graph.py"):
+        os.utime(tmp_path / changed)  # now: newer than the site
+        assert builds_site(), changed
+        os.utime(tmp_path / "build/site/.built")
+        assert not builds_site()
+
+
+def test_setup_says_what_it_does_step_by_step():
+    # A first `make lab` takes minutes: each step prints a line first, and pip shows its progress.
+    recipe = (ROOT / "Makefile").read_text().split("\n$(STAMP):", 1)[1].split("\n\n", 1)[0]
+    steps = re.findall(r'\[setup (\d)/(\d)\]', recipe)
+    assert [int(k) for k, _ in steps] == list(range(1, len(steps) + 1)) and {n for _, n in steps} == {str(len(steps))}
+    big_install = next(line for line in recipe.splitlines() if "-r requirements/course.txt" in line)
+    assert "--quiet" not in big_install and "--progress-bar on" in big_install
