@@ -75,6 +75,9 @@ def main(args):
     newly_announced = any(e.kind == "update" and e.new for e in events)
     command = jupyter_command(work.resolve(), args.jupyter_args, notice.resolve() if newly_announced else None)
     sys.stdout.flush()
+    if os.name == "nt":  # no exec there: run JupyterLab as a child and pass its status on
+        import subprocess
+        return subprocess.call(command)
     os.execv(command[0], command)
 
 

@@ -133,11 +133,22 @@ SCRATCH_CELLS = [
 ]
 
 
-def write_scratch(work):
+def write_notebook(path, sources):
+    """A notebook of code cells for the Python kernel, as a test's scratch work."""
     notebook = nbformat.v4.new_notebook()
     notebook.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
-    notebook.cells = [nbformat.v4.new_code_cell(source) for source in SCRATCH_CELLS]
-    nbformat.write(notebook, work / SCRATCH)
+    notebook.cells = [nbformat.v4.new_code_cell(source) for source in sources]
+    nbformat.write(notebook, path)
+
+
+def type_new_cell(page, source):
+    """Type ``source`` into a new cell below the last one, as a student would; ends in command mode."""
+    page.locator(".jp-Cell").last.click()
+    page.keyboard.press("Escape")
+    page.keyboard.press("b")  # new cell below, in command mode
+    page.keyboard.press("Enter")
+    page.keyboard.type(source)
+    page.keyboard.press("Escape")
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +168,7 @@ def ran(browser_context, lab, artifacts):
 @pytest.fixture(scope="module")
 def scratch(browser_context, lab, artifacts):
     """The scratch notebook of feedback cases, run through the UI; yields its code cells."""
-    write_scratch(lab[2])
+    write_notebook(lab[2] / SCRATCH, SCRATCH_CELLS)
     page = open_notebook(browser_context, lab, SCRATCH)
     page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
     page.locator(".lm-Menu-item:visible .lm-Menu-itemLabel").get_by_text("Run All Cells", exact=True).first.click()
@@ -286,11 +297,7 @@ def test_trace_backward_slider_changes_the_picture(ran):
 def test_edit_and_save_through_the_ui_changes_only_the_workspace(ran, lab):
     _, _, work = lab
     page = ran["00_start_here.ipynb"]
-    page.locator(".jp-Cell").last.click()
-    page.keyboard.press("Escape")
-    page.keyboard.press("b")  # new cell below, in command mode
-    page.keyboard.press("Enter")
-    page.keyboard.type("edited_in_the_browser = 42")
+    type_new_cell(page, "edited_in_the_browser = 42")
     page.keyboard.press("Control+s")
     saved = work / "00_start_here.ipynb"
     wait_until(lambda: "edited_in_the_browser" in saved.read_text(), 30, "the notebook to be saved")

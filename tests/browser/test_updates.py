@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from test_lab import open_notebook, wait_until
+from test_lab import open_notebook, type_new_cell, wait_until
 
 MARK = "autograd_lab_workspace"
 
@@ -81,12 +81,7 @@ def test_a_reset_while_the_notebook_is_open_cannot_be_undone_by_its_tab(browser_
     edited, note, fix = names["edited"], names["student_note"], names["course_fix"]
     page = open_notebook(browser_context, lab, edited)
     # The student types in the open notebook...
-    page.locator(".jp-Cell").last.click()
-    page.keyboard.press("Escape")
-    page.keyboard.press("b")
-    page.keyboard.press("Enter")
-    page.keyboard.type("typed_after_the_reset = 1")
-    page.keyboard.press("Escape")
+    type_new_cell(page, "typed_after_the_reset = 1")
     # ...and, in a terminal in work/ (where JupyterLab's terminal opens), runs the printed command.
     result = subprocess.run(printed_reset_command(lab_log), shell=True, cwd=work, capture_output=True,
                             text=True, timeout=120)
@@ -114,11 +109,7 @@ def test_a_reset_while_the_notebook_is_open_cannot_be_undone_by_its_tab(browser_
     # Opened again, the fresh copy saves as usual.
     page = open_notebook(browser_context, lab, edited)
     assert "typed_after_the_reset" not in page.inner_text(".jp-Notebook")
-    page.locator(".jp-Cell").last.click()
-    page.keyboard.press("Escape")
-    page.keyboard.press("b")
-    page.keyboard.press("Enter")
-    page.keyboard.type("typed_in_the_fresh_copy = 2")
+    type_new_cell(page, "typed_in_the_fresh_copy = 2")
     page.keyboard.press("Control+s")
     wait_until(lambda: "typed_in_the_fresh_copy" in (work / edited).read_text(), 30, "the fresh copy to save")
     assert MARK in (work / edited).read_text()
