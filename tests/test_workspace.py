@@ -205,6 +205,13 @@ def test_the_printed_reset_command_works_from_the_course_folder_and_from_work(co
     assert cell(work / "01_graph.ipynb") == "shipped 01, fixed"
 
 
+def test_a_workspace_without_a_course_says_where_to_run_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli(["workspace"]) == 1 and cli(["lab"]) == 1
+    assert "no course notebooks (NN_*.ipynb) in notebooks: run this from the course folder" in capsys.readouterr().err
+    assert not (tmp_path / "work").exists()
+
+
 def test_reset_outside_any_workspace_says_where_to_run_it(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert cli(["reset", "01"]) == 1

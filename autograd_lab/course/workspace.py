@@ -195,6 +195,9 @@ def update_notice(name, update):
 def sync(course_dir, work_dir):
     """Create missing copies, refresh untouched ones, offer the rest in ``updates/``; return the events."""
     course_dir, work_dir = Path(course_dir), Path(work_dir)
+    if not course_notebooks(course_dir):
+        raise WorkspaceError(f"no course notebooks (NN_*.ipynb) in {shown(course_dir)}: run this from the "
+                             "course folder, or pass --course")
     work_dir.mkdir(parents=True, exist_ok=True)
     manifest = read_manifest(work_dir)
     manifest["course"] = str(course_dir.resolve())
