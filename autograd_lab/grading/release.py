@@ -335,5 +335,8 @@ def main(args):
     release_key()   # the first release makes the instructor's key, which signs the notebooks' stamps
     path = build(args.out, self_study=args.self_study)
     kind = "self-study build (with solutions)" if args.self_study else "student build (no solutions)"
-    print(f"Wrote a {kind} to {path}: notebooks/ and autograd_lab/ (put {path} on sys.path or PYTHONPATH).")
+    key = os.environ.get(KEY_ENV) or Path.home() / ".config" / "autograd-lab" / "release.key"
+    print(f"Wrote a {kind} to {path}: notebooks/, autograd_lab/, README.md (how to set it up) and "
+          f"requirements.txt (put {path} on sys.path or PYTHONPATH). The notebooks are stamped with a signature "
+          f"made with {key}: keep that file, the grader needs it to trust a stamp.")
     return 0
