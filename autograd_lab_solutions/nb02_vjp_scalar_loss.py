@@ -237,13 +237,8 @@ def _softplus_inputs(seed, hidden):
     return (_randn(generator, *shape).requires_grad_(),)
 
 
-class _softplus_by_autograd(torch.autograd.Function):
+class _softplus_by_autograd(Softplus):
     """The shortcut of a backward that does not compute the derivative: it asks autograd for it."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return F.softplus(x)
 
     @staticmethod
     def backward(ctx, grad_output):
