@@ -86,14 +86,15 @@ def test_every_frame_of_a_trace_is_drawn_on_one_layout(monkeypatch):
     render = layout.render
     monkeypatch.setattr(layout, "render", lambda *a, **k: engines.append((a[1], k.get("engine", "dot")))
                         or render(*a, **k))
-    pictures = [frame.svg() for frame in trace.frames]
-    # One layout (json0, by dot) for all frames; each frame is only drawn (nop2).
+    pictures = [frame.svg() for frame in trace.frames] + [trace.graph.svg()]
+    # One layout (json0, by dot) for all frames and the whole-trace picture; each is only drawn (nop2).
     assert [e for e in engines if e[1] == "dot"] == [("json0", "dot")]
-    assert [e for e in engines if e[1] == "nop2"] == [("svg", "nop2")] * len(trace.frames)
-    first, last = _boxes(pictures[0]), _boxes(pictures[-1])
-    assert first.keys() == last.keys() and len(first) > 10
-    for node_id in first:   # every box has the same place and size in the first and last frame
+    assert [e for e in engines if e[1] == "nop2"] == [("svg", "nop2")] * (len(trace.frames) + 1)
+    first, last, whole = _boxes(pictures[0]), _boxes(pictures[-2]), _boxes(pictures[-1])
+    assert first.keys() == last.keys() == whole.keys() and len(first) > 10
+    for node_id in first:   # every box has the same place and size in every picture of the trace
         assert first[node_id] == pytest.approx(last[node_id], abs=0.01), node_id
+        assert whole[node_id] == pytest.approx(last[node_id], abs=0.01), node_id
 
 
 # -- 3. truncation shows the structure ---------------------------------------------------

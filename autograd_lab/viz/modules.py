@@ -198,7 +198,8 @@ def bound_clusters(model, limit=MAX_CLUSTERS):
 
 
 def _all_paths(model):
-    return {n.cluster[:d] for n in model.nodes for d in range(1, len(n.cluster) + 1)}
+    """Every frame path, in the order the nodes first reach it (so merging is deterministic)."""
+    return list(dict.fromkeys(n.cluster[:d] for n in model.nodes for d in range(1, len(n.cluster) + 1)))
 
 
 def _base(part):

@@ -169,8 +169,9 @@ class Trace:
         return f"step {upto} of {len(self.order)}: {self.order[upto - 1]}"
 
     def _frame(self, upto, current=True):
+        """Step ``upto``'s picture (``current=False``: the whole trace, on the same layout)."""
         model, title = self._frame_model(upto, current)
-        return self._graph_factory(model, title=title, placed=self._layout if current else None)
+        return self._graph_factory(model, title=title, placed=self._layout if self.order else None)
 
     def _frame_model(self, upto, current):
         steps = {}
