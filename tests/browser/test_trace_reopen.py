@@ -4,8 +4,9 @@ A notebook with a ``trace_backward`` cell and a ``draw`` cell is run through the
 the kernel runs, the trace is a slider (ipywidgets) and its plain picture is hidden.  The
 notebook is saved, its kernel shut down and the page closed; reopened in a new page (a new
 kernel, no widget models), the trace's picture and the graph are still there, and
-JupyterLab's "Error displaying widget: model not found" line is not shown.  The lab,
-the browser and the helpers are the first-hour owner's (conftest.py, test_lab.py).
+JupyterLab's "Error displaying widget: model not found" line is not shown.  The lab and
+the browser are the first-hour owner's fixtures (conftest.py), as are the menu and wait helpers
+(test_lab.py); the notebook opens in a workspace of its own, so it runs beside test_lab.py.
 """
 
 import json
@@ -13,7 +14,7 @@ import time
 
 import nbformat
 
-from test_lab import menu, open_notebook, run_all, wait_until
+from test_lab import RUN_ALL_S, kernel_idle, menu, wait_until
 
 NAME = "trace_reopen.ipynb"
 CELLS = [
@@ -37,6 +38,29 @@ def saved_outputs(work):
     return [cell.get("outputs", []) for cell in cells]
 
 
+ACTIVE = ".jp-NotebookPanel:not(.lm-mod-hidden)"
+
+
+def open_alone(context, lab, name):
+    """The notebook in a workspace of its own (``?reset``): no tab another test left open is
+    restored beside it, so every locator below sees this notebook only."""
+    base, token, _ = lab
+    page = context.new_page()
+    page.goto(f"{base}/lab/workspaces/trace-reopen/tree/{name}?token={token}&reset")
+    page.wait_for_selector(f"{ACTIVE} .jp-Cell", timeout=90_000)
+    wait_until(lambda: kernel_idle(page), 120, f"the kernel of {name} to start")
+    time.sleep(2)  # as test_lab.open_notebook: a Run All sent while the session settles can stop early
+    return page
+
+
+def run_all(page):
+    menu(page, "Run", "Run All Cells")
+    prompts = page.locator(f"{ACTIVE} .jp-CodeCell .jp-InputPrompt")
+    wait_until(lambda: kernel_idle(page) and all(p.strip() not in ("", "[ ]:") and "*" not in p
+                                                   for p in prompts.all_inner_texts()),
+               RUN_ALL_S, f"the {len(CELLS)} cells of {NAME} to run")
+
+
 def visible(locator):
     return [i for i in range(locator.count()) if locator.nth(i).is_visible()]
 
@@ -44,9 +68,9 @@ def visible(locator):
 def test_a_trace_and_a_graph_survive_save_and_reopen(browser_context, lab, artifacts):
     _, _, work = lab
     write_notebook(work)
-    page = open_notebook(browser_context, lab, NAME)
-    run_all(page, NAME)
-    trace_cell = page.locator(".jp-CodeCell").nth(1)
+    page = open_alone(browser_context, lab, NAME)
+    run_all(page)
+    trace_cell = page.locator(f"{ACTIVE} .jp-CodeCell").nth(1)
     # Live: the slider shows one step at a time; the plain picture beside it is hidden.
     wait_until(lambda: trace_cell.locator(".widget-slider, .jupyter-widgets.widget-slider").count() == 1, 30,
                "the trace's slider")
@@ -54,7 +78,7 @@ def test_a_trace_and_a_graph_survive_save_and_reopen(browser_context, lab, artif
     assert static.count() == 1 and not static.is_visible()
     page.screenshot(path=artifacts / "trace-reopen-live.png")
 
-    page.locator(".jp-Cell").first.click()
+    page.locator(f"{ACTIVE} .jp-Cell").first.click()
     page.keyboard.press("Escape")
     page.keyboard.press("Control+s")
     wait_until(lambda: "autograd-lab-trace-static" in (work / NAME).read_text(), 30, "the notebook to be saved")
@@ -68,13 +92,13 @@ def test_a_trace_and_a_graph_survive_save_and_reopen(browser_context, lab, artif
     time.sleep(2)
     page.close()
 
-    reopened = open_notebook(browser_context, lab, NAME)   # a new page and a new kernel: no widget models
-    trace_cell = reopened.locator(".jp-CodeCell").nth(1)
+    reopened = open_alone(browser_context, lab, NAME)   # a new page and a new kernel: no widget models
+    trace_cell = reopened.locator(f"{ACTIVE} .jp-CodeCell").nth(1)
     wait_until(lambda: visible(trace_cell.locator(".jp-OutputArea-output img, .jp-OutputArea-output svg")), 30,
                "the trace's picture after the reopen")
     assert trace_cell.locator(".autograd-lab-trace-static").is_visible()
     assert not visible(reopened.get_by_text("Error displaying widget"))
-    graph_cell = reopened.locator(".jp-CodeCell").nth(2)
+    graph_cell = reopened.locator(f"{ACTIVE} .jp-CodeCell").nth(2)
     assert visible(graph_cell.locator(".jp-OutputArea-output img, .jp-OutputArea-output svg"))
     reopened.screenshot(path=artifacts / "trace-reopen-after.png")
     reopened.close()
