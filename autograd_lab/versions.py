@@ -123,6 +123,15 @@ _BEHAVIOURS = (
         Variant("2.13.0", True, "controls the buffer broadcast at each forward with forward_sync_buffers (on by default), which replaces the "
                 "deprecated broadcast_buffers"),
     )),
+    Behaviour("cuda_amp_spelling", "the torch.cuda.amp spelling of autocast, GradScaler and custom_fwd/custom_bwd", (
+        # 2.3.1's torch/cuda/amp sources have no deprecation, 2.4.0's do (read from the released wheels);
+        # the warning itself measured on 2.5.1, 2.13.0 and 2.15.0
+        Variant("0", None, "accepts `torch.cuda.amp.autocast(...)`, `torch.cuda.amp.GradScaler(...)` and "
+                "`torch.cuda.amp.custom_fwd(...)` without a warning"),
+        Variant("2.4.0", "`torch.cuda.amp.{}(args...)` is deprecated",
+                "warns (FutureWarning) that `torch.cuda.amp.autocast(...)`, `torch.cuda.amp.GradScaler(...)` and "
+                "`torch.cuda.amp.custom_fwd(...)` are deprecated, naming their `torch.amp` replacement"),
+    )),
     Behaviour("jvp_jit_warning", "a FutureWarning about torch.jit.script on the first torch.func.jvp call", (
         Variant("0", False, "prints no warning on the first torch.func.jvp call"),
         Variant("2.14.0", True, "prints a FutureWarning about torch.jit.script on the first torch.func.jvp call"),

@@ -43,3 +43,74 @@ def test_the_tf32_flag_is_restored():
     before = torch.backends.cuda.matmul.allow_tf32
     measure_precision(model, x, y, "fp32", repeat=1)
     assert torch.backends.cuda.matmul.allow_tf32 == before
+
+
+# --- what the CPU can do in 16 bits, host reads, and what a GPU promises ------------------------------
+
+import math
+
+from autograd_lab.labs import amp_timing
+
+
+def test_cpu_16bit_units_names_the_capability_and_judges_only_what_it_knows():
+    units = amp_timing.cpu_16bit_units()
+    assert units["capability"] == torch.backends.cpu.get_cpu_capability()
+    assert units["native_16bit"] in (True, False, None)
+    if units["avx512_bf16"] or units["amx"]:
+        assert units["native_16bit"] is True
+
+
+def test_matmul_throughput_reports_every_dtype_and_the_casts():
+    rates = amp_timing.matmul_throughput(rows=8, features=32, repeat=1)
+    assert set(rates) == {"float32", "bfloat16", "float16"}
+    assert rates["float32"].cast_seconds == 0.0
+    assert all(rate.gflops > 0 and rate.linear_seconds > 0 for rate in rates.values())
+
+
+def test_count_item_calls_counts_and_restores():
+    original = torch.Tensor.item
+    with amp_timing.count_item_calls() as reads:
+        torch.tensor(1.0).item()
+        torch.tensor(2.0).item()
+    assert reads.count == 2 and torch.Tensor.item is original
+
+
+def test_a_default_optimizer_reads_the_inf_flag_once_and_a_fused_one_never():
+    for fused, reads_expected, steps_expected in ((False, 1, 0), (True, 0, 1)):
+        model = nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, fused=fused)
+        ran = []
+        optimizer.register_step_post_hook(lambda *args: ran.append(1))
+        scaler = torch.amp.GradScaler("cpu")
+        scaler.scale(model(torch.randn(8, 4)).sum()).backward()
+        model.weight.grad[0, 0] = math.inf
+        before = model.weight.detach().clone()
+        with amp_timing.count_item_calls() as reads:
+            scaler.step(optimizer)
+        assert (reads.count, len(ran)) == (reads_expected, steps_expected)
+        assert torch.equal(before, model.weight)
+
+
+def _facts(capability, fp16=2.0, bf16=None, tf32=1.0, forced=0.0, weights=1.05, activations=0.55):
+    facts = {"compute_capability": capability, "tf32_forced": forced, "fp16_speedup_over_strict_fp32": fp16,
+             "tf32_speedup_over_strict_fp32": tf32, "fp16_peak_over_fp32_weights": weights,
+             "fp16_peak_over_fp32_activations": activations}
+    if bf16 is not None:
+        facts["bf16_speedup_over_strict_fp32"] = bf16
+    return facts
+
+
+@pytest.mark.parametrize("gpu,facts,speed_claims", [
+    ("T4 (7.5, no bf16 tensor cores)", _facts(7.5, fp16=1.9, tf32=1.0), {"fp16"}),
+    ("V100 (7.0)", _facts(7.0, fp16=2.2, tf32=1.0), {"fp16"}),
+    ("A100 (8.0)", _facts(8.0, fp16=3.5, bf16=3.5, tf32=2.5), {"fp16", "bf16", "tf32"}),
+    ("H100 (9.0)", _facts(9.0, fp16=2.3, bf16=2.3, tf32=2.0), {"fp16", "bf16", "tf32"}),
+    ("H100 in an NGC container", _facts(9.0, fp16=1.1, bf16=1.1, tf32=1.0, forced=1.0), set()),
+    ("P100 (6.0, no tensor cores)", _facts(6.0, fp16=1.0, tf32=1.0), set()),
+])
+def test_gpu_expectations_assert_only_what_the_device_has_units_for(gpu, facts, speed_claims):
+    claims = amp_timing.gpu_expectations(facts)
+    asserted_speed = {mode for mode in amp_timing.TENSOR_CORES if any(c.startswith(f"{mode} beats") for c in claims)}
+    assert asserted_speed == speed_claims, gpu
+    assert all(claims.values()), gpu            # the plausible figures above pass on each device
+    assert len(claims) == 2 + len(speed_claims)

@@ -1,3 +1,4 @@
+import json
 import pytest
 import torch
 
@@ -43,3 +44,36 @@ def test_bad_arguments_say_what_to_do(kwargs, message):
 def test_empty_input_is_refused():
     with pytest.raises(ValueError, match="at least one tensor"):
         cast_fate([None])
+
+
+# --- TF32: the switches torch reports depend on the environment (NGC sets the override) ----------
+
+import os
+import subprocess
+import sys
+
+from autograd_lab.labs.precision import TF32_OVERRIDE, tf32_defaults, tf32_forced, tf32_settings
+
+
+def _settings_in_a_fresh_process(value):
+    env = {k: v for k, v in os.environ.items() if k != TF32_OVERRIDE}
+    if value is not None:
+        env[TF32_OVERRIDE] = value
+    script = ("import json; from autograd_lab.labs.precision import tf32_settings, tf32_defaults; "
+              "print(json.dumps([tf32_settings(), tf32_defaults()]))")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("value", [None, "1", "0", "true"])
+def test_tf32_defaults_predict_what_torch_reports_with_and_without_the_override(value):
+    settings, defaults = _settings_in_a_fresh_process(value)
+    assert settings == defaults
+    assert settings["matmul_allow_tf32"] == (value == "1")                # only "1" turns TF32 on
+    assert settings["float32_matmul_precision"] == ("high" if value == "1" else "highest")
+    assert settings["cudnn_allow_tf32"] is True                            # convolutions: on either way
+
+
+def test_tf32_forced_reads_only_the_value_1():
+    assert tf32_forced({TF32_OVERRIDE: "1"}) and not tf32_forced({TF32_OVERRIDE: "true"}) and not tf32_forced({})
+    assert tf32_defaults({}) == tf32_settings() or tf32_forced()

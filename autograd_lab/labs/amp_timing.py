@@ -1,8 +1,9 @@
-"""Step time, throughput and memory of one training step per precision.
+"""What mixed precision costs and gains on the machine at hand: step time, memory, 16-bit matmul units, host reads.
 
 The modes are the four ways to run a matmul-heavy model:
 
-* ``fp32``: plain float32 (TF32 off, so CUDA matmuls are true float32);
+* ``fp32``: plain float32 (TF32 off, so CUDA matmuls are true float32, unless the
+  environment forces TF32: ``precision.tf32_forced()``);
 * ``tf32``: float32 tensors, TF32 tensor-core matmuls (CUDA only);
 * ``bf16``: autocast to bfloat16, no loss scaling;
 * ``fp16``: autocast to float16 with a ``GradScaler``.
@@ -10,8 +11,20 @@ The modes are the four ways to run a matmul-heavy model:
 ``measure_precision`` returns one ``PrecisionRow``. ``saved_bytes`` (what
 autograd keeps for backward) is exact and the same on every run; the time
 varies, and ``peak_bytes`` exists only on CUDA.
+
+Why a CPU runs 16-bit matmuls slowly or fast: ``cpu_16bit_units`` says which 16-bit
+matrix instructions this CPU has, and ``matmul_throughput`` measures each dtype's
+``F.linear`` (and what casting the operands costs).  On a GPU, ``gpu_precision_table``
+measures the four modes and ``gpu_expectations`` says which gains the device's
+compute capability promises, so the notebook asserts only those.
+
+``count_item_calls`` counts ``Tensor.item()`` calls: on a GPU each one makes the CPU
+wait for the GPU, and counting them works on a CPU too.
 """
 
+import contextlib
+import platform
+import statistics
 from dataclasses import dataclass
 
 import torch
@@ -19,6 +32,7 @@ import torch.nn.functional as F
 
 from autograd_lab.labs.gpu_records import Table, measurement
 from autograd_lab.labs.memory import saved_tensors
+from autograd_lab.labs.precision import tf32_forced
 from autograd_lab.labs.timing import time_it
 
 MODES = ("fp32", "tf32", "bf16", "fp16")
@@ -77,12 +91,109 @@ def measure_precision(model, x, y, mode, *, repeat=5, device="cpu"):
     return PrecisionRow(mode, seconds, x.shape[0] / seconds, saved.nbytes, peak)
 
 
+# --- on a CPU: which 16-bit matmul units there are, and what each dtype's matmul costs ------------
+
+def _probe(name):
+    """``torch.cpu._is_<name>_supported()`` where this torch has it (private, so never required), else None."""
+    function = getattr(torch.cpu, f"_is_{name}_supported", None)
+    try:
+        return bool(function()) if function is not None else None
+    except RuntimeError:
+        return None
+
+
+def cpu_16bit_units():
+    """This CPU's vector capability and the 16-bit matrix instructions it has (``None``: torch cannot tell).
+
+    ``capability`` is what ``torch.backends.cpu.get_cpu_capability()`` reports (the widest
+    vector instructions PyTorch's kernels use here).  ``avx512_bf16`` and ``amx`` are the
+    x86 instructions that multiply bfloat16 (AMX tiles also float16 on newer chips);
+    ``native_16bit`` is True when one of them is present, False when an x86 CPU has
+    neither, and None on other processors, whose 16-bit support this helper cannot judge.
+    """
+    units = {"machine": platform.machine(), "capability": torch.backends.cpu.get_cpu_capability(),
+             "avx512_bf16": _probe("avx512_bf16"), "amx": _probe("amx_tile")}
+    x86 = units["machine"].lower() in ("x86_64", "amd64", "i386", "i686")
+    if units["avx512_bf16"] or units["amx"]:
+        units["native_16bit"] = True
+    elif x86 and units["avx512_bf16"] is False and units["amx"] is False:
+        units["native_16bit"] = False
+    else:
+        units["native_16bit"] = None
+    return units
+
+
+@dataclass(frozen=True)
+class MatmulRate:
+    dtype: str
+    gflops: float         # F.linear throughput, median of `repeat`
+    cast_seconds: float   # casting both float32 operands to this dtype (0 for float32)
+    linear_seconds: float
+
+
+def matmul_throughput(dtypes=(torch.float32, torch.bfloat16, torch.float16), *, rows=64, features=512,
+                      repeat=5):
+    """``F.linear(x, w)`` of a ``rows x features`` batch and a square weight, per dtype, on the CPU.
+
+    Also times the cast of both float32 operands to the dtype, which is what autocast
+    adds in front of each 16-bit matmul.  The dtypes take turns within each repetition
+    and each gets the median of its ``repeat`` timings, so a burst of load on a shared
+    machine slows them all rather than one.
+    """
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, features, generator=generator)
+    w = torch.randn(features, features, generator=generator)
+    operands = {dtype: (x.to(dtype), w.to(dtype)) for dtype in dtypes}
+    linear, cast = {dtype: [] for dtype in dtypes}, {dtype: [] for dtype in dtypes}
+    for _ in range(repeat):
+        for dtype in dtypes:
+            linear[dtype].append(time_it(lambda: F.linear(*operands[dtype]), repeat=1))
+            if dtype != torch.float32:
+                cast[dtype].append(time_it(lambda: (x.to(dtype), w.to(dtype)), repeat=1))
+    flops = 2 * rows * features * features
+    rates = {}
+    for dtype in dtypes:
+        name = str(dtype).replace("torch.", "")
+        seconds = statistics.median(linear[dtype])
+        rates[name] = MatmulRate(name, flops / seconds / 1e9, statistics.median(cast[dtype] or [0.0]), seconds)
+    return rates
+
+
+# --- host reads: what makes the CPU wait for the GPU ----------------------------------------------
+
+class _ItemCounter:
+    count = 0
+
+
+@contextlib.contextmanager
+def count_item_calls():
+    """Count ``Tensor.item()`` calls inside the block (on a GPU, each one waits for the GPU).
+
+    ``with count_item_calls() as reads: scaler.step(optimizer)`` then ``reads.count``.
+    The count includes calls that raise (under ``torch.cuda.set_sync_debug_mode("error")``).
+    """
+    counter = _ItemCounter()
+    original = torch.Tensor.item
+
+    def item(tensor):
+        counter.count += 1
+        return original(tensor)
+
+    torch.Tensor.item = item
+    try:
+        yield counter
+    finally:
+        torch.Tensor.item = original
+
+
 # --- on a GPU: the table notebook 05 shows, and benchmarks/gpu_record.py records ----------------
 
 GPU_CASES = {   # (width, depth, batch): where AMP's memory saving depends on what dominates
     "weights dominate": (4096, 6, 256),
     "activations dominate": (1024, 6, 32768),
 }
+MIN_GAIN = 1.2   # "faster" on a GPU that has the units: a margin that a shared GPU still clears
+TENSOR_CORES = {"fp16": 7.0, "bf16": 8.0, "tf32": 8.0}   # first compute capability with those tensor cores
 
 
 def _gpu_mlp(width, depth, device):
@@ -90,21 +201,31 @@ def _gpu_mlp(width, depth, device):
     return torch.nn.Sequential(*layers, torch.nn.Linear(width, 10)).to(device)
 
 
+def gpu_modes(device):
+    """The modes this GPU can run: bfloat16 only where it has bfloat16 arithmetic, not emulation."""
+    native_bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
+    return tuple(mode for mode in MODES if mode != "bf16" or native_bf16)
+
+
 @measurement("amp_precisions")
 def gpu_precision_table(device, runs=5, repeat=5):
-    """Strict fp32, TF32, bf16 and fp16 on a matmul-heavy MLP, in both memory cases.
+    """Strict fp32, TF32, bf16 (where supported) and fp16 on a matmul-heavy MLP, in both memory cases.
 
     Each mode is measured ``runs`` times (each the median of ``repeat`` steps), so
     the table gives the median step time and its spread over runs: one run cannot
-    rank bf16 against fp16.  ``facts`` holds the ratios notebook 05 asserts.
+    rank bf16 against fp16.  ``facts`` holds the device's compute capability, each
+    mode's speed-up over strict fp32 (weights case) and float16's peak memory over
+    float32's in both cases; ``gpu_expectations(facts)`` says which of them to assert.
     """
+    major, minor = torch.cuda.get_device_capability(device)
+    modes = gpu_modes(device)
     rows, medians = [], {}
     for case, (width, depth, batch) in GPU_CASES.items():
         torch.manual_seed(0)
         model = _gpu_mlp(width, depth, device)
         x = torch.randn(batch, width, device=device)
         y = torch.randint(0, 10, (batch,), device=device)
-        for mode in MODES:
+        for mode in modes:
             measured = [measure_precision(model, x, y, mode, repeat=repeat, device=device) for _ in range(runs)]
             times = sorted(row.seconds for row in measured)
             median = times[len(times) // 2]
@@ -113,16 +234,40 @@ def gpu_precision_table(device, runs=5, repeat=5):
             rows.append([case, mode, median * 1e3, (times[-1] - times[0]) / median * 100, peak / 2**20])
         del model, x, y
         torch.cuda.empty_cache()
+    facts = {"compute_capability": major + minor / 10, "tf32_forced": float(tf32_forced())}
+    for mode in modes[1:]:
+        facts[f"{mode}_speedup_over_strict_fp32"] = _ratio(medians, "weights dominate", "fp32", mode, 0)
+    facts["fp16_peak_over_fp32_weights"] = _ratio(medians, "weights dominate", "fp16", "fp32", 1)
+    facts["fp16_peak_over_fp32_activations"] = _ratio(medians, "activations dominate", "fp16", "fp32", 1)
     return Table(
-        columns=["case", "mode", "median step ms", "spread %", "peak MiB"], rows=rows,
-        facts={
-            "bf16_speedup_over_strict_fp32": _ratio(medians, "weights dominate", "fp32", "bf16", 0),
-            "bf16_speedup_over_tf32": _ratio(medians, "weights dominate", "tf32", "bf16", 0),
-            "bf16_peak_over_fp32_weights": _ratio(medians, "weights dominate", "bf16", "fp32", 1),
-            "bf16_peak_over_fp32_activations": _ratio(medians, "activations dominate", "bf16", "fp32", 1),
-        },
+        columns=["case", "mode", "median step ms", "spread %", "peak MiB"], rows=rows, facts=facts,
         note=f"{runs} runs of {repeat} timed steps per mode; spread = (slowest - fastest) / median.")
 
 
 def _ratio(medians, case, top, bottom, index):
     return medians[case, top][index] / medians[case, bottom][index]
+
+
+def gpu_expectations(facts):
+    """``{claim: holds}`` for what the measured GPU promises, judged from its own capability.
+
+    Memory: 16-bit weight copies cancel the saving when weights dominate; halved
+    activations dominate the peak when activations do (every GPU).  Speed: a mode
+    beats strict float32 by ``MIN_GAIN`` only on a GPU with tensor cores for it
+    (``TENSOR_CORES``: float16 from compute capability 7.0, bfloat16 and TF32 from
+    8.0), and only when strict float32 really is strict (no ``tf32_forced``).
+    """
+    claims = {
+        "weights dominate: float16's peak is above 0.9 of float32's (16-bit weight copies)":
+            facts["fp16_peak_over_fp32_weights"] > 0.9,
+        "activations dominate: float16's peak is below 0.75 of float32's (halved activations)":
+            facts["fp16_peak_over_fp32_activations"] < 0.75,
+    }
+    if facts.get("tf32_forced"):
+        return claims   # the "strict" row ran TF32: no speed-up over it is promised
+    for mode, first in TENSOR_CORES.items():
+        ratio = facts.get(f"{mode}_speedup_over_strict_fp32")
+        if ratio is not None and facts["compute_capability"] >= first:
+            claims[f"{mode} beats strict float32 by {MIN_GAIN}x (tensor cores from compute capability {first})"] = \
+                ratio > MIN_GAIN
+    return claims

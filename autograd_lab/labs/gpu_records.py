@@ -7,8 +7,9 @@ function runs in the notebook when a GPU is present and in
 ``benchmarks/gpu_record.py``, which writes a dated record of every measurement to
 ``docs/gpu/<date>-<gpu>.json``.  On a CPU-only machine a notebook calls
 ``show("name")``: it prints the newest committed record of that measurement,
-labelled with its machine, GPU, torch, CUDA and date, or says that none is
-committed yet.  GPU numbers are never typed by hand.
+labelled with its machine, GPU, torch, CUDA and date, or says (to the student,
+without instructions meant for maintainers) that none is committed yet.  GPU
+numbers are never typed by hand.
 """
 
 import importlib
@@ -74,8 +75,8 @@ def show(name, directory=RECORDS_DIR):
     """Print the newest committed GPU record of ``name``; return its table (a dict) or ``None``."""
     record = latest(name, directory)
     if record is None:
-        print(f"No GPU record of {name!r} is committed yet: run benchmarks/gpu_record.py on a machine "
-              "with an NVIDIA GPU and commit the JSON it writes under docs/gpu/.")
+        print(f"No GPU record of {name!r} is committed yet, so this course has no GPU numbers to show "
+              "here.")   # maintainers: benchmarks/gpu_record.py on a GPU writes one
         return None
     table = record["measurements"][name]
     print(f"Recorded on a GPU, not on this machine: {record['gpu']} ({record['machine']}), "

@@ -10,11 +10,45 @@ values between the two limits. ``cast_fate`` counts what a cast would do::
 
 Note that ``torch.finfo(dtype).tiny`` is the smallest *normal* number; the
 smallest subnormal, where values really become zero, is ``tiny * eps``.
+
+TF32, the third format of mixed-precision talk, is a switch rather than a dtype:
+``tf32_settings()`` reads the switches, and ``tf32_defaults()`` says what they are
+before a program touches them, which depends on the environment
+(``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1``, set by NVIDIA's NGC containers, turns TF32
+on for float32 matmuls).
 """
 
+import os
 from dataclasses import dataclass
 
 import torch
+
+TF32_OVERRIDE = "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"
+
+
+def tf32_forced(environ=None):
+    """Whether the environment turns TF32 on for float32 matmuls: ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1``.
+
+    Only the value ``1`` counts (``true``, ``ON`` and ``yes`` leave the defaults alone,
+    measured on torch 2.5.1, 2.13.0 and 2.15.0).  torch reads the variable when it is
+    imported, so setting it later in the same process changes nothing.
+    """
+    return (os.environ if environ is None else environ).get(TF32_OVERRIDE) == "1"
+
+
+def tf32_defaults(environ=None):
+    """The TF32 switches as torch reports them before a program sets them, in this environment."""
+    forced = tf32_forced(environ)
+    return {"float32_matmul_precision": "high" if forced else "highest",
+            "matmul_allow_tf32": forced,
+            "cudnn_allow_tf32": True}   # convolutions: on by default, whatever the environment
+
+
+def tf32_settings():
+    """The TF32 switches as torch reports them now (readable without a GPU)."""
+    return {"float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+            "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32}
 
 
 def smallest_subnormal(dtype):
