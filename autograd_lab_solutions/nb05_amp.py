@@ -1,6 +1,6 @@
 """Exercises of notebooks/05_amp.ipynb: choosing a loss scale, ordering the AMP step, GradScaler's rule."""
 
-import itertools
+import copy
 import math
 
 import torch
@@ -8,25 +8,51 @@ import torch.nn.functional as F
 
 from autograd_lab.checking import Exercise, Misconception, WrongAnswer, no_grad_scaler, register
 
+_FLOAT16_INF = 65520.0   # float16 rounds |x| >= 65520 to inf; below, at most to 65504, its largest value
+
 
 # --- 05.pick_scale ------------------------------------------------------------------
 
 def pick_scale(grads):
-    # The largest power of two that keeps the biggest gradient finite in fp16.
+    # The largest power of two by which the biggest |gradient| still rounds to a finite float16:
+    # float16 rounds 65504 <= x < 65520 down to 65504, and from 65520 up to inf.
     biggest = grads.abs().max().item()
-    exponent = math.floor(math.log2(65504.0 / biggest))
+    exponent = math.floor(math.log2(65520.0 / biggest))
+    if biggest * 2.0 ** exponent >= 65520.0:   # exactly 65520 is a tie, and ties round to inf
+        exponent -= 1
     return 2.0 ** exponent
 
 
+# What decides the answer is the largest |gradient|.  Each case puts it somewhere in the tensor
+# (never among the first few entries), with either sign, and on one of float16's three edges, so
+# that looking at one entry, forgetting abs(), or using 65504 or 65536 as the limit gets some case
+# wrong.  Public and hidden cases draw from the same three kinds, so check() catches what grading does.
+_EDGES = {
+    0: ("exactly 65504 after scaling", lambda u: 65504.0, -1.0),          # a ceil-based rule halves it
+    1: ("rounds down to 65504", lambda u: 65505.0 + 14.0 * u, 1.0),       # a 65504 limit halves it
+    2: ("rounds up to inf", lambda u: 65520.0 + 15.0 * u, -1.0),          # a 65536 limit overflows
+}
+_EXPONENTS = {0: (5, 8), 1: (9, 11), 2: (13, 16)}   # randint bounds: answers 2^5..2^7, 2^9..2^10, 2^12..2^14
+
+
 def _gradient_sample(seed, hidden):
-    """Log-normal gradient magnitudes spanning many decades, with random signs."""
+    """Log-normal gradient magnitudes with random signs, and a largest |value| placed on an edge."""
     generator = torch.Generator().manual_seed(seed)
     size = 5000 if hidden else 2000
     log10 = torch.empty(size, dtype=torch.float64).normal_(-5.0, 1.2, generator=generator)
     signs = torch.randint(0, 2, (size,), generator=generator).to(torch.float64) * 2 - 1
     grads = signs * 10.0 ** log10
-    # a few large gradients, as at the start of training, decide the overflow limit
-    grads[:3] = torch.tensor([3.0, -17.0, 90.0], dtype=torch.float64) * (1 + seed % 5)
+    kind = seed % 3
+    _, product, sign = _EDGES[kind]
+    # each kind keeps to its own binades, so that no two cases share an answer (the student build
+    # names a mistake by matching outputs, which must not collide across cases)
+    exponent = int(torch.randint(*_EXPONENTS[kind], (1,), generator=generator))
+    largest = product(float(torch.rand(1, generator=generator))) / 2.0 ** exponent
+    # a few large gradients of both signs, as at the start of training; the largest one anywhere
+    positions = torch.randperm(size - 10, generator=generator)[:5] + 10
+    others = largest * (0.25 + 0.2 * torch.rand(4, generator=generator, dtype=torch.float64))
+    grads[positions[1:]] = others * torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=torch.float64)
+    grads[positions[0]] = sign * largest
     return (grads.to(torch.float32),)
 
 
@@ -39,6 +65,30 @@ def _is_power_of_two(value):
     return value > 0 and math.log2(value).is_integer()
 
 
+def _rounds_to_max(student, reference, args):
+    """Half the answer, where the answer puts the largest gradient between 65504 and 65520."""
+    largest = args[0].abs().max().item() * float(reference)
+    return float(student) == float(reference) / 2 and 65504.0 < largest < _FLOAT16_INF
+
+
+def _largest_power(limit):
+    return lambda grads: 2.0 ** math.floor(math.log2(limit / grads.abs().max().item()))
+
+
+def _scale_for(largest):
+    """The reference's rule applied to a value that may not be the largest |gradient|."""
+    return pick_scale(torch.tensor([largest]))
+
+
+def _ceil_minus_one(grads):
+    return 2.0 ** (math.ceil(math.log2(65504.0 / grads.abs().max().item())) - 1)
+
+
+def _scale_in_place(grads):
+    grads.abs_()                                     # works on the caller's tensor
+    return pick_scale(grads)
+
+
 register(Exercise(
     id="05.pick_scale",
     title="Pick a loss scale between underflow and overflow",
@@ -47,18 +97,21 @@ register(Exercise(
     inputs=_gradient_sample,
     points=1,
     hints=(
-        "Overflow sets the ceiling: after scaling, the largest |gradient| must stay at or below 65504.",
-        "Among the scales that do not overflow, the largest one rescues the most small gradients.",
-        "By default GradScaler only multiplies its scale by 2 or 0.5, so answer with a power of two: "
-        "2.0 ** math.floor(math.log2(65504 / largest)).",
+        "Only the largest |gradient| can overflow: find it (its sign does not matter), wherever it sits.",
+        "Overflow means inf. The number-formats cell showed where float16's rounding stops at its largest "
+        "value and where inf begins: a product a little above 65504 is not yet an overflow.",
+        "Either compute the exponent with math.log2 and check the boundary case, or try powers of two and "
+        "cast `grads * scale` to float16 to see whether any entry became inf.",
     ),
     misconceptions=(
-        Misconception("overflow", "With this scale the largest gradient exceeds 65504 and becomes inf "
-                      "in float16: the step would be skipped.",
-                      lambda s, r, args: _overflows(s, args)),
+        Misconception("overflow", "With this scale the largest gradient becomes inf in float16: the step "
+                      "would be skipped.", lambda s, r, args: _overflows(s, args)),
         Misconception("not_power_of_two", "Return a power of two (by default GradScaler moves its scale by "
                       "factors of 2, and a power of two scales exactly, without rounding any gradient).",
                       lambda s, r, args: not _is_power_of_two(float(s))),
+        Misconception("rounds_to_max", "Twice your scale would put the largest gradient a little above "
+                      "65504, and float16 rounds that down to 65504, not up to inf: it is not an overflow, so "
+                      "the larger scale is the answer.", _rounds_to_max),
         Misconception("too_small", "This scale does not overflow, but a larger power of two would not "
                       "either: the prompt asks for the largest, which lifts the small gradients as far from "
                       "float16's bottom (subnormals, then zero) as the largest gradient allows.",
@@ -73,114 +126,237 @@ register(Exercise(
         WrongAnswer(lambda grads: 8.0, expect="too_small", note="the paper's fixed scale of 8, for other data"),
         WrongAnswer(lambda grads: 2.0 ** math.floor(math.log2(1 / grads.abs().min().item())),
                     expect="overflow", note="scaled the smallest gradient to 1 and ignored the largest"),
+        WrongAnswer(_largest_power(65504.0), expect="rounds_to_max",
+                    note="65504 as the limit: right unless the product lands in (65504, 65520)"),
+        WrongAnswer(_largest_power(65536.0), expect="overflow", note="2^16 as the limit"),
+        WrongAnswer(lambda grads: _scale_for(grads.max().item()), expect="overflow",
+                    note="max() instead of abs().max(): the largest gradient is negative"),
+        WrongAnswer(lambda grads: _scale_for(abs(grads[2].item())), expect="overflow",
+                    note="adversary: looked at the entry where 397ff6f's inputs kept the largest value"),
+        WrongAnswer(lambda grads: _scale_for(grads[:3].abs().max().item()), expect="overflow",
+                    note="adversary: the first three entries only"),
+        WrongAnswer(_ceil_minus_one, expect="too_small", note="ceil - 1: wrong when the ratio is a power of two"),
+        WrongAnswer(_scale_in_place, expect="modified_input", note="changes the caller's gradients"),
     ),
 ))
 
 
 # --- 05.amp_step_order ----------------------------------------------------------------
 
-def amp_step_order():
-    return ["forward_in_autocast", "scale_and_backward", "unscale", "clip", "scaler_step", "scaler_update"]
+def amp_step_order(micro_batches, clip, schedule):
+    calls = ["forward_in_autocast", "scale_and_backward"] * micro_batches
+    if clip:
+        calls += ["unscale", "clip"]
+    calls += ["scaler_step", "scaler_update"]
+    if schedule:
+        calls.append("scheduler_step_unless_skipped")
+    return calls
 
 
-_AMP_STEPS = ("forward_in_autocast", "scale_and_backward", "unscale", "clip", "scaler_step", "scaler_update")
-_AMP_MAX_NORM = 0.01   # smaller than the gradient's norm, so clipping changes the step
+_CALLS = ("forward_in_autocast", "scale_and_backward", "unscale", "clip", "scaler_step", "scaler_update",
+          "scheduler_step_unless_skipped")
+_NOTEBOOK_STEP = ["forward_in_autocast", "scale_and_backward", "unscale", "clip", "scaler_step", "scaler_update"]
+# (micro_batches, clip, schedule) per seed: the public cases cover accumulation, clipping and the
+# scheduler in different combinations, and none is the notebook's single-batch step.
+_ORDER_CASES = {0: (1, False, True), 1: (3, True, False), 2: (2, True, True),
+                101: (4, True, True), 102: (1, True, False), 103: (2, False, False)}
 
 
-def _amp_setup():
-    torch.manual_seed(0)
-    model = torch.nn.Linear(4, 2)
-    return model, torch.optim.SGD(model.parameters(), lr=0.1), torch.randn(8, 4), torch.randn(8, 2)
+def _order_case(seed, hidden):
+    if seed in _ORDER_CASES:
+        return _ORDER_CASES[seed]
+    generator = torch.Generator().manual_seed(seed)
+    micro_batches = int(torch.randint(1, 5, (1,), generator=generator))
+    clip, schedule = (bool(flag) for flag in torch.randint(0, 2, (2,), generator=generator))
+    return (micro_batches, clip, schedule)
 
 
-def _amp_target():
-    model, optimizer, x, y = _amp_setup()
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss = F.mse_loss(model(x).float(), y)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), _AMP_MAX_NORM)
-    optimizer.step()
-    return [p.detach().clone() for p in model.parameters()]
+def _position(calls, name, last=False):
+    places = [i for i, call in enumerate(calls) if call == name]
+    return (places[-1] if last else places[0]) if places else None
 
 
-def _amp_run(order):
-    model, optimizer, x, y = _amp_setup()
-    scaler, state = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16), {}
-    actions = {
-        "forward_in_autocast": lambda: state.update(loss=_amp_forward(model, x, y)),
-        "scale_and_backward": lambda: scaler.scale(state["loss"]).backward(),
-        "unscale": lambda: scaler.unscale_(optimizer),
-        "clip": lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), _AMP_MAX_NORM),
-        "scaler_step": lambda: scaler.step(optimizer),
-        "scaler_update": scaler.update,
-    }
-    for step in order:
-        actions[step]()
-    return [p.detach() for p in model.parameters()]
-
-
-def _amp_forward(model, x, y):
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        return F.mse_loss(model(x).float(), y)
-
-
-def _amp_order_works(order, target):
-    try:
-        return all(torch.equal(a, b) for a, b in zip(_amp_run(order), target))
-    except (RuntimeError, KeyError, AssertionError):
-        return False
-
-
-
-
-def _amp_step_order_experiment():
-    """Run every order of the six steps with a real GradScaler; keep those that give the clipped fp32 step."""
-    target = _amp_target()
-    orders = [list(order) for order in itertools.permutations(_AMP_STEPS) if _amp_order_works(order, target)]
-    assert len(orders) == 1, f"the prompt's steps do not fix one order: {orders}"
-    return orders[0]
-
-
-def _before(first, second):
+def _before(first, second, last_first=False):
+    """The answer has both calls, and the (last, if asked) ``first`` comes after ``second``."""
     def detect(student, reference, args):
-        return first in student and second in student and student.index(first) > student.index(second)
+        a, b = _position(student, first, last=last_first), _position(student, second)
+        return a is not None and b is not None and a > b
     return detect
 
+
+def _unknown_name(student, reference, args):
+    return isinstance(student, (list, tuple)) and any(call not in _CALLS for call in student)
+
+
+def _count_differs(name, expected):
+    return lambda student, reference, args: student.count(name) != expected(*args)
+
+
+def _swap(calls, first, second):
+    calls = list(calls)
+    i, j = calls.index(first), calls.index(second)
+    calls[i], calls[j] = calls[j], calls[i]
+    return calls
+
+
+_AMP_MAX_NORM = 0.01   # smaller than the gradients' norm, so clipping changes the step
 
 register(Exercise(
     id="05.amp_step_order",
     title="Order the AMP training step",
-    kind="value",
     answer_name="amp_step_order",
     reference=amp_step_order,
-    experiment=_amp_step_order_experiment,
-    solution_code=('amp_step_order = ["forward_in_autocast", "scale_and_backward", "unscale", "clip", '
-                   '"scaler_step", "scaler_update"]'),
+    inputs=_order_case,
     points=1,
     hints=(
-        "Gradients must be unscaled before anything reads their size: clipping compares them with max_norm.",
-        "scaler.step(optimizer) may skip the step; scaler.update() then decides the next scale, once per step.",
+        "Build the list in the order the calls run. One optimizer step runs the forward pass and the scaled "
+        "backward once per micro-batch; everything else runs once per optimizer step.",
+        "Something that reads the size of the gradients must see them divided by the scale; scaler.step does "
+        "that division itself only when nothing did it earlier.",
+        "The scale changes in scaler.update(): a check that compares it with the scale at the start of the "
+        "step can only see this step's skip after that call.",
     ),
     misconceptions=(
+        Misconception("unknown_name", "Your list has a name that is not one of the seven in the table: use "
+                      "them exactly as written (lower case, no trailing underscore).", _unknown_name),
+        Misconception("micro_batches", "With gradient accumulation every micro-batch runs its own forward pass "
+                      "and its own scaled backward: the list needs them `micro_batches` times.",
+                      lambda s, r, args: s.count("forward_in_autocast") != args[0]
+                      or s.count("scale_and_backward") != args[0]),
+        Misconception("same_list_for_every_case", "Your list is the single-batch step with clipping and no "
+                      "scheduler, whatever the arguments: `micro_batches`, `clip` and `schedule` change which "
+                      "calls the step needs and how often.",
+                      lambda s, r, args: list(s) == _NOTEBOOK_STEP and list(r) != _NOTEBOOK_STEP),
+        Misconception("backward_before_forward", "Backward needs the loss, so each micro-batch's forward pass "
+                      "(in autocast, with the loss) comes before its scaled backward.",
+                      _before("forward_in_autocast", "scale_and_backward")),
+        Misconception("step_inside_window", "scaler.step (or unscale_ or clipping) ran before the last "
+                      "micro-batch's backward: the step must use the gradients of the whole window.",
+                      lambda s, r, args: any(_before("scale_and_backward", call, last_first=True)(s, r, args)
+                                             for call in ("unscale", "clip", "scaler_step"))),
         Misconception("clip_before_unscale", "Clipping before unscale_ clips the *scaled* gradients: the "
                       "norm it sees is the true norm times the scale, so after unscaling the step uses a "
                       "gradient of norm at most `max_norm / scale`.", _before("unscale", "clip")),
+        Misconception("clip_without_unscale", "Clipping reads the size of the gradients, so they must be "
+                      "unscaled first: scaler.step would unscale them only after the clipping.",
+                      lambda s, r, args: "clip" in s and "unscale" not in s),
+        Misconception("unscale_without_reader", "Nothing reads the gradients before scaler.step here, and "
+                      "scaler.step unscales them itself: the prompt asks for unscale only when something "
+                      "reads them first.", lambda s, r, args: "unscale" in s and "clip" not in s),
+        Misconception("clip_flag", "Clip exactly when `clip` asks for it.",
+                      lambda s, r, args: ("clip" in s) != bool(args[1])),
         Misconception("update_before_step", "scaler.update() must come after scaler.step(): update reads "
                       "the inf/NaN check that step (or unscale_) recorded.", _before("scaler_step", "scaler_update")),
-        Misconception("backward_before_forward", "Backward needs the loss, so the forward pass (in autocast, "
-                      "with the loss) comes first.", _before("forward_in_autocast", "scale_and_backward")),
+        Misconception("scheduler_before_update", "The scale drops in scaler.update(): a skip check that runs "
+                      "before it compares two equal scales, so the scheduler advances on a skipped step too.",
+                      _before("scaler_update", "scheduler_step_unless_skipped")),
+        Misconception("schedule_flag", "Step the scheduler exactly when `schedule` asks for one.",
+                      lambda s, r, args: ("scheduler_step_unless_skipped" in s) != bool(args[2])),
     ),
     wrong_answers=(
-        WrongAnswer(["forward_in_autocast", "scale_and_backward", "clip", "unscale", "scaler_step",
-                     "scaler_update"], expect="clip_before_unscale"),
-        WrongAnswer(["forward_in_autocast", "scale_and_backward", "unscale", "clip", "scaler_update",
-                     "scaler_step"], expect="update_before_step"),
-        WrongAnswer(["scale_and_backward", "forward_in_autocast", "unscale", "clip", "scaler_step",
-                     "scaler_update"], expect="backward_before_forward"),
-        WrongAnswer(["forward_in_autocast", "scale_and_backward", "clip", "scaler_step", "scaler_update"],
-                    expect="structure", note="unscale_ left out"),
+        WrongAnswer(lambda micro_batches, clip, schedule: list(_NOTEBOOK_STEP), expect="same_list_for_every_case",
+                    note="adversary: the list shown above the prompt, for every case"),
+        WrongAnswer(lambda micro_batches, clip, schedule: [c.replace("unscale", "unscale_")
+                                                           for c in amp_step_order(micro_batches, True, schedule)],
+                    expect="unknown_name", note="a typo: `unscale_`"),
+        WrongAnswer(lambda micro_batches, clip, schedule: ["Forward_in_autocast"]
+                    + amp_step_order(micro_batches, clip, schedule)[1:], expect="unknown_name",
+                    note="capitalised"),
+        WrongAnswer(lambda micro_batches, clip, schedule: ["forward_in_autocast"] * micro_batches
+                    + amp_step_order(1, clip, schedule)[1:], expect="micro_batches",
+                    note="one backward for the whole window"),
+        WrongAnswer(lambda micro_batches, clip, schedule: ["scale_and_backward", "forward_in_autocast"]
+                    * micro_batches + amp_step_order(micro_batches, clip, schedule)[2 * micro_batches:],
+                    expect="backward_before_forward"),
+        WrongAnswer(lambda micro_batches, clip, schedule: ["forward_in_autocast", "scale_and_backward"]
+                    + amp_step_order(1, clip, False)[2:] + ["forward_in_autocast", "scale_and_backward"]
+                    * (micro_batches - 1) + (["scheduler_step_unless_skipped"] if schedule else []),
+                    expect="step_inside_window", note="steps after the first micro-batch"),
+        WrongAnswer(lambda micro_batches, clip, schedule: [
+            "forward_in_autocast", "scale_and_backward"] * micro_batches + (["clip", "unscale"] if clip else [])
+            + ["scaler_step", "scaler_update"] + (["scheduler_step_unless_skipped"] if schedule else []),
+            expect="clip_before_unscale"),
+        WrongAnswer(lambda micro_batches, clip, schedule: [c for c in amp_step_order(micro_batches, clip, schedule)
+                                                           if c != "unscale"], expect="clip_without_unscale"),
+        WrongAnswer(lambda micro_batches, clip, schedule: ["forward_in_autocast", "scale_and_backward"]
+                    * micro_batches + ["unscale"] + (["clip"] if clip else [])
+                    + amp_step_order(micro_batches, False, schedule)[2 * micro_batches:],
+                    expect="unscale_without_reader", note="unscale_ also without clipping"),
+        WrongAnswer(lambda micro_batches, clip, schedule: amp_step_order(micro_batches, True, schedule),
+                    expect="clip_flag", note="clips whatever `clip` says"),
+        WrongAnswer(lambda micro_batches, clip, schedule: _swap(
+            amp_step_order(micro_batches, clip, schedule), "scaler_step", "scaler_update"),
+            expect="update_before_step"),
+        WrongAnswer(lambda micro_batches, clip, schedule: _swap(
+            amp_step_order(micro_batches, clip, True), "scaler_update", "scheduler_step_unless_skipped"),
+            expect="scheduler_before_update", note="the skip check before update(): always steps"),
+        WrongAnswer(lambda micro_batches, clip, schedule: amp_step_order(micro_batches, clip, not schedule),
+                    expect="schedule_flag", note="the scheduler flag read the wrong way round"),
     ),
 ))
+
+
+# The proof that the reference's order is right (tests/test_nb05_amp.py): run it with a real
+# GradScaler, two optimizer steps of which the first overflows, and compare with the same steps
+# done without a scaler (the skipped step does nothing; the other clips, steps and advances).
+
+def _amp_setup():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    batches = [(torch.randn(8, 4), torch.randn(8, 2)) for _ in range(16)]
+    return model, optimizer, scheduler, batches
+
+
+def _amp_loss(model, x, y):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        return F.mse_loss(model(x).float(), y)
+
+
+def _amp_result(model, optimizer):
+    return [p.detach().clone() for p in model.parameters()] + [optimizer.param_groups[0]["lr"]]
+
+
+def amp_run(order, micro_batches, clip, schedule):
+    """Two optimizer steps whose calls run in ``order`` (names of 05.amp_step_order); the first overflows."""
+    model, optimizer, scheduler, batches = _amp_setup()
+    scaler, batches = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16), iter(batches)
+    for overflow in (True, False):
+        optimizer.zero_grad()
+        state = {"start": scaler.get_scale(), "losses": []}
+
+        def backward():
+            scaler.scale(state["losses"].pop(0) / micro_batches).backward()
+            if overflow:
+                model.weight.grad[0, 0] = math.inf       # what a float16 overflow leaves behind
+
+        actions = {
+            "forward_in_autocast": lambda: state["losses"].append(_amp_loss(model, *next(batches))),
+            "scale_and_backward": backward,
+            "unscale": lambda: scaler.unscale_(optimizer),
+            "clip": lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), _AMP_MAX_NORM),
+            "scaler_step": lambda: scaler.step(optimizer),
+            "scaler_update": scaler.update,
+            "scheduler_step_unless_skipped": lambda: scheduler.step() if scaler.get_scale() >= state["start"] else None,
+        }
+        for call in order:
+            actions[call]()
+    return _amp_result(model, optimizer)
+
+
+def amp_target(micro_batches, clip, schedule):
+    """The same two steps without a scaler: the overflowing one does nothing, the other trains."""
+    model, optimizer, scheduler, batches = _amp_setup()
+    optimizer.zero_grad()
+    for x, y in batches[micro_batches:2 * micro_batches]:   # the first step used the first micro-batches
+        (_amp_loss(model, x, y) / micro_batches).backward()
+    if clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), _AMP_MAX_NORM)
+    optimizer.step()
+    if schedule:
+        scheduler.step()
+    return _amp_result(model, optimizer)
 
 
 # --- 05.next_scales ---------------------------------------------------------------------
@@ -200,11 +376,14 @@ def next_scales(init_scale, found_inf, growth_interval):
 
 
 def _flag_sequence(seed, hidden):
+    """Flags with overflows about 3 steps in 10, one of them early; a starting scale and interval per seed."""
     generator = torch.Generator().manual_seed(seed)
-    length = 24 if hidden else 12
+    length = 24 if hidden else 14
     flags = (torch.rand(length, generator=generator) < 0.3).tolist()
-    flags[0] = True  # the default initial scale overflows on the first step
-    return (2.0 ** 16, flags, 2 + seed % 3)
+    flags[seed % 2] = True                                  # an overflow at the first or the second step
+    # each case starts in its own binades, so that no two cases share an answer
+    init_scale = 2.0 ** (8 + 4 * (seed % 3) + int(torch.randint(0, 4, (1,), generator=generator)))
+    return (init_scale, flags, 2 + seed % 3)                 # growth_interval 2 to 4
 
 
 def _no_reset(init_scale, found_inf, growth_interval):
@@ -232,11 +411,14 @@ def _growth_off_by_one(init_scale, found_inf, growth_interval):
     return next_scales(init_scale, found_inf, growth_interval + 1)
 
 
-def _real_scaler(init_scale, found_inf, growth_interval):
-    """The shortcut the prompt rules out: a real GradScaler, fed an inf gradient on each flagged step."""
+def _scales_before_update(init_scale, found_inf, growth_interval):
+    return [init_scale] + next_scales(init_scale, found_inf, growth_interval)[:-1]
+
+
+def _drive(scaler, found_inf):
+    """Feed a real scaler an inf gradient on each flagged step; its scale after each update()."""
     weight = torch.nn.Parameter(torch.ones(1))
     optimizer = torch.optim.SGD([weight], lr=0.0)
-    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=growth_interval)
     scales = []
     for overflow in found_inf:
         optimizer.zero_grad()
@@ -247,6 +429,82 @@ def _real_scaler(init_scale, found_inf, growth_interval):
         scaler.update()
         scales.append(scaler.get_scale())
     return scales
+
+
+def _real_scaler(init_scale, found_inf, growth_interval):
+    """The shortcut the prompt rules out: a real GradScaler, fed an inf gradient on each flagged step."""
+    return _drive(torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=growth_interval), found_inf)
+
+
+def _settings(init_scale, growth_interval):
+    return {"scale": float(init_scale), "growth_factor": 2.0, "backoff_factor": 0.5,
+            "growth_interval": growth_interval, "_growth_tracker": 0}
+
+
+_PREBUILT_SCALER = torch.amp.GradScaler("cpu")   # built when the module loads, outside any answer
+
+
+def _copied_scaler(init_scale, found_inf, growth_interval):
+    """Adversary: a copy of a scaler built before the check started (no constructor runs in the answer)."""
+    scaler = copy.deepcopy(_PREBUILT_SCALER)
+    scaler.load_state_dict(_settings(init_scale, growth_interval))
+    return _drive(scaler, found_inf)
+
+
+def _new_without_constructor(init_scale, found_inf, growth_interval):
+    """Adversary: ``object.__new__(GradScaler)`` with a prebuilt scaler's attributes."""
+    scaler = object.__new__(torch.amp.GradScaler)
+    scaler.__dict__.update(copy.deepcopy(_PREBUILT_SCALER.__dict__))
+    scaler.load_state_dict(_settings(init_scale, growth_interval))
+    return _drive(scaler, found_inf)
+
+
+class _ScalerWithoutInit(torch.amp.GradScaler):
+    """Adversary: a subclass whose ``__init__`` never calls GradScaler's."""
+
+    def __init__(self, init_scale, growth_interval):
+        self.__dict__.update(copy.deepcopy(_PREBUILT_SCALER.__dict__))
+        self.load_state_dict(_settings(init_scale, growth_interval))
+
+
+def _update_kernel(init_scale, found_inf, growth_interval):
+    """Adversary: GradScaler's own kernel, called in a loop."""
+    scale, tracker, scales = torch.full((1,), float(init_scale)), torch.zeros(1, dtype=torch.int32), []
+    for overflow in found_inf:
+        torch._amp_update_scale_(scale, tracker, torch.full((1,), float(overflow)), 2.0, 0.5, growth_interval)
+        scales.append(scale.item())
+    return scales
+
+
+def _update_op(init_scale, found_inf, growth_interval):
+    """Adversary: the same kernel through ``torch.ops.aten``."""
+    scale, tracker, scales = torch.full((1,), float(init_scale)), torch.zeros(1, dtype=torch.int32), []
+    for overflow in found_inf:
+        torch.ops.aten._amp_update_scale_(scale, tracker, torch.full((1,), float(overflow)), 2.0, 0.5,
+                                          growth_interval)
+        scales.append(float(scale))
+    return scales
+
+
+def _checker_patched(init_scale, found_inf, growth_interval):
+    """Adversary: switch off the checker's count of GradScaler constructions, then use a real one."""
+    from autograd_lab.checking import facts
+    counter = getattr(facts, "_CountingConstructions", None)
+    saved = (counter.__enter__, counter.__exit__) if counter is not None else None
+    try:
+        if counter is not None:
+            counter.__enter__, counter.__exit__ = (lambda self: self), (lambda self, *exc: False)
+        return _real_scaler(init_scale, found_inf, growth_interval)
+    finally:
+        if counter is not None:
+            counter.__enter__, counter.__exit__ = saved
+
+
+def _consumes_flags(init_scale, found_inf, growth_interval):
+    scales = []
+    while found_inf:
+        scales.append(found_inf.pop(0))                      # empties the caller's list
+    return next_scales(init_scale, scales, growth_interval)
 
 
 register(Exercise(
@@ -264,19 +522,32 @@ register(Exercise(
     misconceptions=(
         Misconception("tracker_not_reset", "An overflow must also reset the count of clean steps: "
                       "GradScaler grows only after growth_interval clean steps *in a row*.",
-                      lambda s, r, args: s == _no_reset(*args)),
+                      lambda s, r, args: s != r and s == _no_reset(*args)),
         Misconception("grows_every_step", "The scale grows only after growth_interval clean steps in a row, "
-                      "not after every clean step.", lambda s, r, args: s == _grow_every_step(*args)),
+                      "not after every clean step.", lambda s, r, args: s != r and s == _grow_every_step(*args)),
         Misconception("off_by_one", "The scale doubles on the growth_interval-th clean step itself.",
-                      lambda s, r, args: s == _growth_off_by_one(*args)),
+                      lambda s, r, args: s != r and s == _growth_off_by_one(*args)),
+        Misconception("scale_before_update", "Return the scale *after* each update(): the first entry is "
+                      "the scale that the second step uses, not `init_scale`.",
+                      lambda s, r, args: s != r and s == _scales_before_update(*args)),
     ),
     wrong_answers=(
         WrongAnswer(_no_reset, expect="tracker_not_reset"),
         WrongAnswer(_grow_every_step, expect="grows_every_step"),
         WrongAnswer(_growth_off_by_one, expect="off_by_one"),
+        WrongAnswer(_scales_before_update, expect="scale_before_update"),
         WrongAnswer(lambda init_scale, found_inf, growth_interval: [init_scale] * len(found_inf),
                     expect="wrong_value"),
+        WrongAnswer(_consumes_flags, expect="modified_input", note="pops the caller's flags"),
         WrongAnswer(_real_scaler, expect="used_grad_scaler", note="the shortcut the prompt forbids"),
+        WrongAnswer(_copied_scaler, expect="used_grad_scaler", note="adversary: deepcopy of a prebuilt scaler"),
+        WrongAnswer(_new_without_constructor, expect="used_grad_scaler", note="adversary: object.__new__"),
+        WrongAnswer(lambda init_scale, found_inf, growth_interval: _drive(
+            _ScalerWithoutInit(init_scale, growth_interval), found_inf), expect="used_grad_scaler",
+            note="adversary: a subclass that skips GradScaler.__init__"),
+        WrongAnswer(_update_kernel, expect="used_grad_scaler", note="adversary: torch._amp_update_scale_"),
+        WrongAnswer(_update_op, expect="used_grad_scaler", note="adversary: torch.ops.aten._amp_update_scale_"),
+        WrongAnswer(_checker_patched, expect="used_grad_scaler", note="adversary: monkeypatched checker"),
     ),
     method=no_grad_scaler(),
 ))

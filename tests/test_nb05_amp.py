@@ -1,7 +1,10 @@
 """The references of notebook 05's exercises agree with PyTorch itself, not just with themselves."""
 
+import itertools
 import math
+import warnings
 
+import pytest
 import torch
 import torch.nn as nn
 
@@ -25,24 +28,42 @@ def _real_scaler_scales(init_scale, found_inf, growth_interval):
     return scales
 
 
-def test_next_scales_matches_a_real_grad_scaler():
-    for seed in (0, 1, 2, 101):
-        args = nb05_amp._flag_sequence(seed, hidden=seed > 100)
-        assert nb05_amp.next_scales(*args) == _real_scaler_scales(*args)
+@pytest.mark.parametrize("seed", [0, 1, 2, 101, 102, 103])
+def test_next_scales_matches_a_real_grad_scaler(seed):
+    args = nb05_amp._flag_sequence(seed, hidden=seed > 100)
+    assert nb05_amp.next_scales(*args) == _real_scaler_scales(*args)
 
 
-def test_pick_scale_is_the_largest_power_of_two_without_overflow():
-    for seed in (0, 1, 2, 101):
-        (grads,) = nb05_amp._gradient_sample(seed, hidden=seed > 100)
-        scale = nb05_amp.pick_scale(grads)
-        assert math.log2(scale).is_integer()
-        assert (grads * scale).to(torch.float16).isfinite().all()
-        assert not (grads * 2 * scale).to(torch.float16).isfinite().all()
+def test_next_scales_cases_vary_the_start_and_the_interval():
+    cases = [nb05_amp._flag_sequence(seed, hidden=seed > 100) for seed in (0, 1, 2, 101, 102, 103)]
+    assert len({init for init, _, _ in cases}) > 2 and {interval for _, _, interval in cases} == {2, 3, 4}
 
 
-def test_the_amp_step_order_is_the_one_notebook_05_runs():
-    assert nb05_amp.amp_step_order().index("unscale") < nb05_amp.amp_step_order().index("clip")
-    assert len(set(nb05_amp.amp_step_order())) == 6
+@pytest.mark.parametrize("seed", [0, 1, 2, 101, 102, 103])
+def test_pick_scale_is_the_largest_power_of_two_whose_float16_product_stays_finite(seed):
+    (grads,) = nb05_amp._gradient_sample(seed, hidden=seed > 100)
+    scale = nb05_amp.pick_scale(grads)
+    assert math.log2(scale).is_integer()
+    assert (grads * scale).to(torch.float16).isfinite().all()
+    assert not (grads * 2 * scale).to(torch.float16).isfinite().all()
+
+
+def test_pick_scale_cases_put_the_largest_value_on_each_float16_edge_anywhere_with_either_sign():
+    # The public cases alone cover every edge, so check() catches a 65504 or 65536 limit or a ceil-based rule.
+    edges, signs, positions = set(), set(), set()
+    for seed in (0, 1, 2):
+        (grads,) = nb05_amp._gradient_sample(seed, hidden=False)
+        index = int(grads.abs().argmax())
+        product = grads[index].abs().item() * nb05_amp.pick_scale(grads)
+        if product == 65504:
+            edges.add("exactly the largest float16")
+        elif 65504 < product < 65520:
+            edges.add("rounds down to the largest float16")
+        elif 65520 <= 2 * product < 65536:
+            edges.add("twice the scale rounds up to inf")
+        signs.add(math.copysign(1, grads[index].item()))
+        positions.add(index)
+    assert len(edges) == 3 and signs == {-1.0, 1.0} and min(positions) >= 10
 
 
 def test_the_overflow_diagnosis_needs_a_real_float16_inf():
@@ -50,3 +71,39 @@ def test_the_overflow_diagnosis_needs_a_real_float16_inf():
     grads = (torch.tensor([1.0, -0.5]),)
     assert not nb05_amp._overflows(65510.0, grads)
     assert nb05_amp._overflows(65520.0, grads)
+
+
+def _same(a, b):
+    return all(torch.equal(x, y) if torch.is_tensor(x) else x == y for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("micro_batches,clip,schedule", list(itertools.product((1, 2, 3), (False, True), (False, True))))
+def test_the_reference_order_trains_like_the_same_steps_without_a_scaler(micro_batches, clip, schedule):
+    order = nb05_amp.amp_step_order(micro_batches, clip, schedule)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert _same(nb05_amp.amp_run(order, micro_batches, clip, schedule),
+                     nb05_amp.amp_target(micro_batches, clip, schedule))
+
+
+def test_no_other_order_of_the_seven_calls_works():
+    # One micro-batch, clipping and a scheduler: every one of the 5040 orders is run on a real
+    # GradScaler (the first of two steps overflows); only the reference's reproduces the target.
+    target = nb05_amp.amp_target(1, True, True)
+    working = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for order in itertools.permutations(nb05_amp._CALLS):
+            try:
+                if _same(nb05_amp.amp_run(order, 1, True, True), target):
+                    working.append(list(order))
+            except (RuntimeError, IndexError, AssertionError):
+                pass
+    assert working == [nb05_amp.amp_step_order(1, True, True)]
+
+
+def test_the_public_order_cases_are_not_the_notebooks_single_batch_step():
+    public = [nb05_amp._order_case(seed, hidden=False) for seed in (0, 1, 2)]
+    assert all(nb05_amp.amp_step_order(*case) != nb05_amp._NOTEBOOK_STEP for case in public)
+    assert {case[0] > 1 for case in public} == {True, False} and {case[1] for case in public} == {True, False}
+    assert {case[2] for case in public} == {True, False}
