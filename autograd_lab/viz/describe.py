@@ -119,8 +119,14 @@ def output_shapes(fn):
 
 @lru_cache(maxsize=None)
 def _saved_names(fn_type):
-    # dir() is slow; the saved attributes are fixed per grad_fn class.
-    return tuple(a[len("_saved_"):] for a in dir(fn_type) if a.startswith("_saved_"))
+    """(tensor attributes, plain attributes) a grad_fn class saves; fixed per class, and dir() is slow.
+
+    A saved tensor (or list of tensors) also has a ``_raw_saved_<name>``; a plain
+    attribute (a size, a dim, a scalar) has not.
+    """
+    names = [a[len("_saved_"):] for a in dir(fn_type) if a.startswith("_saved_")]
+    raw = {a[len("_raw_saved_"):] for a in dir(fn_type) if a.startswith("_raw_saved_")}
+    return tuple(n for n in names if n in raw), tuple(n for n in names if n not in raw)
 
 
 @dataclass
@@ -136,8 +142,9 @@ class Saved:
     segment: object = None  # checkpointed: the checkpoint call that saved it (only while drawing)
 
 
-def saved_entries(fn, read_hooked=False):
-    """Every saved attribute of ``fn``: tensors with their state, and plain attributes.
+def saved_entries(fn, read_hooked=False, attrs=True):
+    """Every saved attribute of ``fn``: tensors with their state, and plain attributes
+    (``attrs=False``: tensors only; reading the plain ones was a fifth of ``draw``'s walk).
 
     A saved tensor with an unpack hook (activation checkpointing, offloading) is read
     only when ``read_hooked``: reading it runs the hook, which may rerun the forward
@@ -147,7 +154,8 @@ def saved_entries(fn, read_hooked=False):
     """
     if isinstance(fn, torch.autograd.function.BackwardCFunction):
         return _custom_function_entries(fn, read_hooked)
-    return [_read_saved(fn, name, read_hooked) for name in _saved_names(type(fn))]
+    tensors, plain = _saved_names(type(fn))
+    return [_read_saved(fn, name, read_hooked) for name in (tensors + plain if attrs else tensors)]
 
 
 def has_unpack_hook(raw):

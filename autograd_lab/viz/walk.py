@@ -169,7 +169,7 @@ class _Walker:
         if self.past_limit() and not self.options.show_saved:
             # Never drawn (max_nodes): only its state, so g.stale() still covers the whole graph.
             node = self.new_node("op", type(fn).__name__, op=type(fn).__name__)
-            self.saved_state_lines(node, describe.saved_entries(fn))
+            self.saved_state_lines(node, describe.saved_entries(fn, attrs=False))
             return node
         name, output = self.names.output(fn)
         shapes = describe.output_shapes(fn)
@@ -182,7 +182,7 @@ class _Walker:
                              shape=shapes[0] if len(shapes) == 1 else None, grad=grad,
                              value=describe.values_text(output)
                              if output is not None and self.options.values else None)
-        saved = describe.saved_entries(fn, read_hooked=self.options.show_saved)
+        saved = describe.saved_entries(fn, read_hooked=self.options.show_saved, attrs=self.options.show_attrs)
         lines += self.saved_state_lines(node, saved)
         if self.options.show_attrs:
             lines += [f"{s.name}={describe.attr_text(s.value)}" for s in saved if not s.is_tensor]
