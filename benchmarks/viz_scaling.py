@@ -38,6 +38,11 @@ torch, so this mode needs its own venv outside the clone::
         torchviz torchview transformers
     ~/.cache/autograd-lab/venvs/bench-viz/bin/pip install --no-deps -e .
     OMP_NUM_THREADS=1 ~/.cache/autograd-lab/venvs/bench-viz/bin/python benchmarks/viz_scaling.py --models --runs 9
+
+``--layouts`` (same venv, plus ``pip install pygraphviz``, which builds against Debian's
+``libgraphviz-dev``) times the ways of running graphviz on the same DOT text: a ``dot``
+process, pygraphviz, libgvc with every plugin (pango measures the text) and libgvc with
+the core and layout plugins only (what ``draw`` uses), each in its own process.
 """
 
 import argparse
@@ -270,17 +275,86 @@ def compare_models(runs, names=MODELS):
     print(f"\n`dot -Tsvg` on a 2-node graph costs {tiny:.3f} s of CPU time (the floor under a dot process).")
 
 
+CANDIDATE_SCRIPT = """
+import ctypes, json, resource, subprocess, sys
+kind, runs, paths = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+
+def cpu():
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+if kind == "dot process":
+    lay = lambda s: subprocess.run(["dot", "-Tsvg"], input=s.encode(), capture_output=True, check=True).stdout
+elif kind == "pygraphviz":
+    import pygraphviz
+    lay = lambda s: pygraphviz.AGraph(string=s).draw(format="svg", prog="dot")
+elif kind == "libgvc, every plugin":
+    from autograd_lab.viz import layout
+    gvc, cgraph = layout._open("gvc"), layout._open("cgraph")
+    gvc.gvContext.restype = cgraph.agmemread.restype = ctypes.c_void_p
+    library = layout._library()
+    library._context = gvc.gvContext()          # graphviz's own plugin set: pango measures the text
+    lay = lambda s: library.render(s, "svg", "dot")
+else:
+    from autograd_lab.viz import layout
+    lay = lambda s: layout._library().render(s, "svg", "dot")
+found = {}
+for path in paths:
+    source = open(path).read()
+    times = []
+    for _ in range(runs):
+        start = cpu()
+        lay(source)
+        times.append(cpu() - start)
+    found[path] = sorted(times)
+print(json.dumps(found))
+"""
+CANDIDATES = ("dot process", "pygraphviz", "libgvc, every plugin", "libgvc, core plugins (ours)")
+
+
+def compare_layouts(runs, names=MODELS):
+    """Layout + SVG of the same DOT text (ours, per model) by each way of running graphviz.
+
+    Each candidate runs in its own process: pygraphviz and a second libgvc context both
+    load graphviz's pango plugin, and two copies of its GLib types in one process hang.
+    """
+    import tempfile
+    folder = tempfile.mkdtemp(prefix="viz-layouts-")
+    paths = {}
+    for name, model, _, forward in real_models(names):
+        paths[name] = os.path.join(folder, f"{len(paths)}.dot")
+        with open(paths[name], "w") as out:
+            out.write(draw(forward(), params=dict(model.named_parameters())).source)
+    print(f"Layout + SVG of the DOT text draw() makes, CPU seconds (min / median of {runs}).\n")
+    print("| model | " + " | ".join(CANDIDATES) + " |")
+    print("|---|" + "---:|" * len(CANDIDATES))
+    results = {}
+    for kind in CANDIDATES:
+        done = subprocess.run([sys.executable, "-c", CANDIDATE_SCRIPT, kind, str(runs), *paths.values()],
+                              capture_output=True, text=True)
+        results[kind] = json.loads(done.stdout) if done.returncode == 0 else done.stderr.strip().splitlines()[-1]
+    for name, path in paths.items():
+        cells = [f"{r[path][0]:.4f} / {r[path][len(r[path]) // 2]:.4f}" if isinstance(r, dict) else f"fails: {r}"
+                 for r in (results[kind] for kind in CANDIDATES)]
+        print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="*", choices=MODELS, default=None,
                         help="real models against torchviz and torchview (needs the bench-viz venv); "
                              "no names: all four")
+    parser.add_argument("--layouts", nargs="*", choices=MODELS, default=None,
+                        help="the ways to run graphviz (dot process, pygraphviz, libgvc) on the same DOT text")
     parser.add_argument("--steps", type=int, nargs="+", default=list(STEPS))
     parser.add_argument("--cap", type=float, default=60.0, help="seconds before a run is killed")
     parser.add_argument("--runs", type=int, default=3, help="runs of ours per T (best is reported)")
     args = parser.parse_args(argv)
 
     print(f"Measured {datetime.date.today().isoformat()} on {machine()}.\n")
+    if args.layouts is not None:
+        compare_layouts(max(args.runs, 5), tuple(args.layouts) or MODELS)
+        return
     if args.models is not None:
         compare_models(max(args.runs, 5), tuple(args.models) or MODELS)
         print(f"\nLoad average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}.")
