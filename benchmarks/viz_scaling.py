@@ -298,6 +298,7 @@ elif kind == "libgvc, every plugin":
 else:
     from autograd_lab.viz import layout
     lay = lambda s: layout._library().render(s, "svg", "dot")
+lay("digraph { a -> b }")   # plugins load once per process: not part of a picture's cost
 found = {}
 for path in paths:
     source = open(path).read()
@@ -328,11 +329,22 @@ def compare_layouts(runs, names=MODELS):
     print(f"Layout + SVG of the DOT text draw() makes, CPU seconds (min / median of {runs}).\n")
     print("| model | " + " | ".join(CANDIDATES) + " |")
     print("|---|" + "---:|" * len(CANDIDATES))
-    results = {}
-    for kind in CANDIDATES:
-        done = subprocess.run([sys.executable, "-c", CANDIDATE_SCRIPT, kind, str(runs), *paths.values()],
-                              capture_output=True, text=True)
-        results[kind] = json.loads(done.stdout) if done.returncode == 0 else done.stderr.strip().splitlines()[-1]
+    results = {kind: {path: [] for path in paths.values()} for kind in CANDIDATES}
+    for _ in range(runs):   # rounds, each candidate once per round: the machine's load hits all alike
+        for kind in CANDIDATES:
+            if not isinstance(results[kind], dict):
+                continue
+            done = subprocess.run([sys.executable, "-c", CANDIDATE_SCRIPT, kind, "1", *paths.values()],
+                                  capture_output=True, text=True)
+            if done.returncode != 0:
+                results[kind] = (done.stderr.strip().splitlines() or ["no output"])[-1]
+                continue
+            for path, times in json.loads(done.stdout).items():
+                results[kind][path] += times
+    for r in results.values():
+        if isinstance(r, dict):
+            for times in r.values():
+                times.sort()
     for name, path in paths.items():
         cells = [f"{r[path][0]:.4f} / {r[path][len(r[path]) // 2]:.4f}" if isinstance(r, dict) else f"fails: {r}"
                  for r in (results[kind] for kind in CANDIDATES)]
