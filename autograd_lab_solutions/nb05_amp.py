@@ -227,6 +227,11 @@ register(Exercise(
                       "scheduler, whatever the arguments: `micro_batches`, `clip` and `schedule` change which "
                       "calls the step needs and how often.",
                       lambda s, r, args: list(s) == _NOTEBOOK_STEP and list(r) != _NOTEBOOK_STEP),
+        Misconception("forwards_first", "Every forward pass runs before any backward: the gradients come out "
+                      "the same, but all the micro-batches' graphs (and their activations) are alive at once, which "
+                      "is what accumulation exists to avoid. Run each micro-batch's backward before the next forward.",
+                      lambda s, r, args: args[0] > 1 and s.count("forward_in_autocast") == args[0]
+                      and _position(s, "forward_in_autocast", last=True) < _position(s, "scale_and_backward")),
         Misconception("backward_before_forward", "Backward needs the loss, so each micro-batch's forward pass "
                       "(in autocast, with the loss) comes before its scaled backward.",
                       _before("forward_in_autocast", "scale_and_backward")),
@@ -265,6 +270,9 @@ register(Exercise(
         WrongAnswer(lambda micro_batches, clip, schedule: ["forward_in_autocast"] * micro_batches
                     + amp_step_order(1, clip, schedule)[1:], expect="micro_batches",
                     note="one backward for the whole window"),
+        WrongAnswer(lambda micro_batches, clip, schedule: ["forward_in_autocast"] * micro_batches
+                    + ["scale_and_backward"] * micro_batches + amp_step_order(micro_batches, clip, schedule)[
+                        2 * micro_batches:], expect="forwards_first", note="all forwards, then all backwards"),
         WrongAnswer(lambda micro_batches, clip, schedule: ["scale_and_backward", "forward_in_autocast"]
                     * micro_batches + amp_step_order(micro_batches, clip, schedule)[2 * micro_batches:],
                     expect="backward_before_forward"),
