@@ -76,3 +76,20 @@ def test_checkpointed_step_keeps_fewer_activations_and_the_same_gradients():
     assert saved == len(model) + 1 and plain_saved == 3 * len(model) + 1
     assert torch.equal(loss, plain_loss)
     assert all(torch.equal(g, p.grad) for g, p in zip(grads, model.parameters()))
+
+
+def test_saved_for_segments_wrong_answers_print_nothing_another_prints():
+    # The student build names a mistake by what the bank's wrong answer returns on the public cases: a
+    # wrong output must not equal another answer's output, nor any case's right answer.
+    from autograd_lab.checking import get
+    exercise = get("06.saved_for_segments")
+    cases = [exercise.inputs(seed, False)[0] for seed in exercise.public_seeds]
+    right = [nb06.saved_for_segments(list(sizes)) for sizes in cases]
+    prints = {wrong.expect: [wrong.answer(list(sizes)) for sizes in cases] for wrong in exercise.wrong_answers}
+    for tag, outputs in prints.items():
+        assert any(out != ok for out, ok in zip(outputs, right)), tag            # wrong somewhere in public
+        for out, ok in zip(outputs, right):
+            if out == ok:
+                continue
+            assert out not in right, (tag, out)
+            assert all(out not in others for other, others in prints.items() if other != tag), (tag, out)
