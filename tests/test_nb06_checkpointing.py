@@ -4,24 +4,13 @@ import math
 
 import torch
 import torch.nn as nn
-from torch.utils.checkpoint import checkpoint
 
 from autograd_lab.labs.memory import saved_tensors
-from autograd_lab.labs.recompute import activations_kept, predicted_saved
+from autograd_lab.labs.recompute import activations_kept, checkpoint_segments, predicted_saved
 from autograd_lab.labs.step_memory import step_moments
 from autograd_lab_solutions import nb06_checkpointing as nb06
 
 ACTIVATIONS = ("kept by checkpoints", "saved by the last segment", "recomputed segment")
-
-
-def _segments_forward(blocks, sizes, x):
-    """Checkpoint every segment but the last, as checkpoint_sequential does, with uneven sizes."""
-    start, h = 0, x
-    for number, size in enumerate(sizes):
-        segment = blocks[start:start + size]
-        h = segment(h) if number == len(sizes) - 1 else checkpoint(segment, h, use_reentrant=False)
-        start += size
-    return h
 
 
 def test_saved_for_segments_matches_a_measured_forward_and_the_step_memory_model():
@@ -31,7 +20,7 @@ def test_saved_for_segments_matches_a_measured_forward_and_the_step_memory_model
         blocks = nn.Sequential(*[nn.Sequential(nn.Linear(8, 8), nn.Tanh()) for _ in range(sum(sizes))])
         x = torch.randn(2, 8, requires_grad=True)
         with saved_tensors(exclude=blocks.parameters()) as saved:
-            _segments_forward(blocks, sizes, x)
+            checkpoint_segments(blocks, x, sizes)
         kept, most = nb06.saved_for_segments(sizes)
         assert activations_kept(saved) == kept, sizes
         # the model tests/test_step_memory.py proves against the profiler; + 1 for x, which it leaves out

@@ -51,3 +51,13 @@ def test_a_checkpoint_saves_an_empty_placeholder_on_older_releases_and_activatio
         checkpoint(model, x, use_reentrant=False)
     assert saved.count == versions.behaviour("checkpoint_saved_tensors").value
     assert activations_kept(saved) == 1
+
+
+def test_checkpoint_segments_runs_any_schedule_and_refuses_sizes_that_miss_blocks():
+    from autograd_lab.labs.recompute import checkpoint_segments
+
+    model = _tanh_mlp(6)
+    x = torch.randn(4, 16, requires_grad=True)
+    torch.testing.assert_close(checkpoint_segments(model, x, [3, 2, 1]), model(x))
+    with pytest.raises(ValueError, match="cover 5 blocks; the model has 6"):
+        checkpoint_segments(model, x, [3, 2])

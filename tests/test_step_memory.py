@@ -6,8 +6,8 @@ import sys
 import pytest
 import torch
 import torch.nn as nn
-from torch.utils.checkpoint import checkpoint
 
+from autograd_lab.labs.recompute import checkpoint_segments
 from autograd_lab.labs.step_memory import TERMS, predicted_peak, profile_peak, step_moments, uniform
 
 RNG_STATE_BYTES = torch.get_rng_state().nbytes
@@ -18,26 +18,16 @@ def _model(n_blocks, width):
     return nn.Sequential(*[nn.Sequential(nn.Linear(width, width), nn.Tanh()) for _ in range(n_blocks)])
 
 
-def _forward(model, sizes, x):
-    """checkpoint_sequential's schedule with any segment sizes: every segment but the last checkpointed."""
-    start, h = 0, x
-    for k, size in enumerate(sizes):
-        segment = model[start:start + size]
-        h = segment(h) if k == len(sizes) - 1 else checkpoint(segment, h, use_reentrant=False)
-        start += size
-    return h
-
-
 def _measure(sizes, width, batch, input_requires_grad=True, output_held=False):
     model = _model(sum(sizes), width)
     x = torch.randn(batch, width, requires_grad=input_requires_grad)
 
     def step():
         if output_held:
-            out = _forward(model, sizes, x)
+            out = checkpoint_segments(model, x, sizes)
             out.pow(2).mean().backward()
         else:
-            _forward(model, sizes, x).pow(2).mean().backward()
+            checkpoint_segments(model, x, sizes).pow(2).mean().backward()
     return profile_peak(step)
 
 

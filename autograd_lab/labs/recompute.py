@@ -53,6 +53,20 @@ def forward_saved(model, x, segments):
     return saved
 
 
+def checkpoint_segments(model, x, sizes):
+    """``checkpoint_sequential``'s schedule with segments of any ``sizes``: every segment but the last checkpointed."""
+    from torch.utils.checkpoint import checkpoint
+
+    if sum(sizes) != len(model):
+        raise ValueError(f"sizes {sizes} cover {sum(sizes)} blocks; the model has {len(model)}")
+    start, h = 0, x
+    for k, size in enumerate(sizes):
+        segment = model[start:start + size]
+        h = segment(h) if k == len(sizes) - 1 else checkpoint(segment, h, use_reentrant=False)
+        start += size
+    return h
+
+
 def _train_step(model, x, segments):
     model.zero_grad(set_to_none=True)
     checkpoint_sequential(model, segments, x, use_reentrant=False).sum().backward()
