@@ -61,3 +61,25 @@ def test_checkpoint_segments_runs_any_schedule_and_refuses_sizes_that_miss_block
     torch.testing.assert_close(checkpoint_segments(model, x, [3, 2, 1]), model(x))
     with pytest.raises(ValueError, match="cover 5 blocks; the model has 6"):
         checkpoint_segments(model, x, [3, 2])
+
+
+def test_the_gpu_measurements_run_end_to_end_with_a_stand_in_for_the_cuda_allocator(monkeypatch):
+    # No GPU here: the CUDA calls are stubbed so that every line of the two GPU measurements runs on the
+    # CPU (a typo in a branch nobody can run would otherwise reach a student with a GPU first).
+    from autograd_lab.labs import cuda_cache, recompute
+
+    for name in ("synchronize", "reset_peak_memory_stats", "empty_cache"):
+        monkeypatch.setattr(torch.cuda, name, lambda *args, **kwargs: None)
+    for name in ("memory_allocated", "max_memory_allocated", "memory_reserved"):
+        monkeypatch.setattr(torch.cuda, name, lambda *args, **kwargs: 0)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *args, **kwargs: (0, 0))
+
+    peak = recompute.checkpoint_peak(torch.device("cpu"), n_blocks=4, width=8, batch=16, repeat=1)
+    assert [row[0] for row in peak.rows] == ["no checkpoint", "2 segments", "save_on_cpu(pin_memory=True)"]
+    assert {"peak_error_s1", "peak_error_sqrt", "offload_blocks", "peak_blocks_s1", "overhead_measured",
+            "overhead_predicted"} <= set(peak.facts)
+    assert peak.rows[1][3] == pytest.approx(
+        recompute.predicted_peak(recompute.uniform(4, 2), 8, 16).blocks)       # the model, RNG term 0
+
+    cache = cuda_cache.empty_cache_steps(torch.device("cpu"), size=1024)
+    assert [row[0] for row in cache.rows] == list(cuda_cache.STEPS) and len(cache.facts) == 7
