@@ -13,6 +13,7 @@ test_updates.py.)
 """
 
 import hashlib
+import itertools
 import json
 import re
 import subprocess
@@ -48,17 +49,23 @@ def session_has_kernel(lab, name):
     return any(s["path"].endswith(name) and s.get("kernel") for s in sessions)
 
 
-def open_notebook(context, lab, name):
-    """Open ``name`` and wait until its kernel is connected and idle.
+ACTIVE = ".jp-NotebookPanel:not(.lm-mod-hidden)"
+_pages = itertools.count()
 
-    Only then is Run All safe: JupyterLab's execution indicator says "idle" before the
-    notebook has a kernel, and a Run All sent then runs nothing and opens "Select Kernel",
-    whose Select starts a second kernel (issue 26; notebook 00 tells students to wait).
+
+def open_notebook(context, lab, name):
+    """Open ``name`` in a JupyterLab workspace of its own and wait until its kernel is connected and idle.
+
+    Its own workspace (``?reset``): no tab that an earlier page left open is restored beside
+    it, so a page's locators see this notebook only.  Only once the kernel is idle is Run
+    All safe: JupyterLab's execution indicator says "idle" before the notebook has a kernel,
+    and a Run All sent then runs nothing and opens "Select Kernel", whose Select starts a
+    second kernel (issue 26; notebook 00 tells students to wait).
     """
     base, token, _ = lab
     page = context.new_page()
-    page.goto(f"{base}/lab/tree/{name}?token={token}")
-    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+    page.goto(f"{base}/lab/workspaces/test-{next(_pages)}/tree/{name}?token={token}&reset")
+    page.wait_for_selector(f"{ACTIVE} .jp-Cell", timeout=90_000)
     wait_until(lambda: session_has_kernel(lab, name) and kernel_idle(page)
                and "| Idle" in str(page.locator(".jp-StatusBar-Widget").all_inner_texts()),
                120, f"the kernel of {name} to start")
