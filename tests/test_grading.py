@@ -1,7 +1,11 @@
 """The batch grader: fixture submissions graded end to end, and its parts one by one.
 
 The end-to-end batch (one run, module-scoped) starts real kernels, so it takes a
-while on a busy 2-core machine; every other test here runs without a kernel.
+while on a busy 2-core machine; so do the saturation test (the resource attacks
+graded idle, then again with the machine saturated on purpose), the solved
+notebooks (every exercise, sandboxed and not) and the SIGTERM test.  Every other
+test here runs without a kernel.  ``AUTOGRAD_LAB_KERNEL_PYTHON`` grades with
+another Python (a CUDA build of torch, for example).
 """
 
 import base64
@@ -9,9 +13,12 @@ import io
 import json
 import os
 import pickle
+import signal
 import subprocess
 import sys
+import time
 from argparse import Namespace
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -20,18 +27,33 @@ import torch
 from autograd_lab import checking
 from autograd_lab.course.cli import build_parser
 from autograd_lab.grading import main as grade_main
-from autograd_lab.grading import reports, scoring
+from autograd_lab.grading import portable, reports, scoring
 from autograd_lab.grading.batch import Options, grade_batch
 from autograd_lab.grading.execute import defined_names
+from autograd_lab.grading.limits import Cgroups
 from autograd_lab.grading.progress import ProgressBar
 from autograd_lab.grading.submissions import UsageError, find_submissions, read_notebook, sha256
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fixtures.grading.attacks import ATTACKS, MARKER, write_attacks  # noqa: E402
-from fixtures.grading.submissions import EXPECTED, write_submissions  # noqa: E402
+from fixtures.grading.attacks import ATTACKS, DAEMON_ONLY, MARKER, write_attacks  # noqa: E402
+from fixtures.grading.red_team import (LEAK, RED_TEAM, RESOURCE_ATTACKS, SECRET_PATH,  # noqa: E402
+                                       write_red_team)
+from fixtures.grading.solved import short_of_full_marks, solved_notebooks  # noqa: E402
+from fixtures.grading.submissions import EXPECTED, base_cells, write_submissions  # noqa: E402
 
 CUBE = checking.get("00.cube_grad")
 SEEDS = [*CUBE.public_seeds, *CUBE.hidden_seeds]
+KERNEL_PYTHON = os.environ.get("AUTOGRAD_LAB_KERNEL_PYTHON", sys.executable)
+SECRET = f"red-team-secret-{os.getpid()}"
+
+
+def _options(out, **changes):
+    return Options(**{"out": str(out), "jobs": 2, "cell_timeout": 10, "notebooks": ("00",),
+                      "kernel_python": KERNEL_PYTHON, **changes})
+
+
+def _grades(graded):
+    return {r["student"]: (r["score"], {g["exercise_id"]: g["status"] for g in r["exercises"]}) for r in graded}
 
 
 # --- the whole batch, once -------------------------------------------------
@@ -42,15 +64,24 @@ def batch(tmp_path_factory):
     out = tmp_path_factory.mktemp("graded")
     paths = write_submissions(folder)
     paths.update(write_attacks(folder, out))
+    paths.update(write_red_team(folder))
     hashes = {student: sha256(path) for student, path in paths.items()}
     stderr = io.StringIO()
-    graded = grade_batch([str(folder)], Options(out=str(out), jobs=2, cell_timeout=10, notebooks=("00",)),
-                         stream=stderr)
+    # A root-only secret under /etc, where an instructor's machine keeps its own (only when we are root).
+    secret = os.geteuid() == 0 and not os.path.exists(SECRET_PATH)
+    if secret:
+        with open(os.open(SECRET_PATH, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as file:
+            file.write(SECRET)
+    try:
+        graded = grade_batch([str(folder)], _options(out), stream=stderr)
+    finally:
+        if secret:
+            os.remove(SECRET_PATH)
     return {"reports": {r["student"]: r for r in graded}, "out": out, "paths": paths, "folder": folder,
             "hashes": hashes, "stderr": stderr.getvalue()}
 
 
-ALL = {**EXPECTED, **ATTACKS}
+ALL = {**EXPECTED, **ATTACKS, **RED_TEAM}
 
 
 @pytest.mark.parametrize("case", sorted(ALL))
@@ -127,7 +158,9 @@ def test_item_analysis_reports_pass_rates_and_the_most_common_misconception(batc
 
 def test_progress_goes_to_the_stream_one_line_per_submission(batch):
     total = len(batch["reports"])
-    assert batch["stderr"].count("\n") == total
+    lines = batch["stderr"].splitlines()
+    assert sum(line.startswith("[") for line in lines) == total
+    assert all(line.startswith(("[", "WARNING: ")) for line in lines), lines
     assert f"[{total}/{total}]" in batch["stderr"] and "\x1b" not in batch["stderr"]
 
 
@@ -281,7 +314,8 @@ def test_the_kernel_sees_no_solutions_no_other_folder_and_no_network(batch):
     others = output.split("others: ")[1].splitlines()[0]
     # Only its own slot's folder (where its work folder is mounted), and not the submissions.
     assert others.count("/tmp/autograd-lab-grade-") <= 1 and others.endswith("False"), others
-    assert "uid 1000" in batch["reports"]["attack_daemon"]["sandbox"]
+    described = batch["reports"]["attack_daemon"]["sandbox"]
+    assert ("an unprivileged uid of its own" if os.geteuid() == 0 else "uid 1000 in a user namespace") in described
 
 
 def test_hostile_records_are_refused_with_their_reason(batch):
@@ -356,20 +390,278 @@ def test_grading_refuses_without_a_sandbox_and_says_how_to_install_it(monkeypatc
     from autograd_lab.grading import sandbox
     monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
     with pytest.raises(sandbox.SandboxUnavailable, match="apt-get install bubblewrap") as refused:
-        sandbox.Sandbox.for_this_machine()
+        sandbox.Sandbox.for_this_machine(cgroups=Cgroups(problem="not needed here"))
     assert "--allow-unsandboxed" in str(refused.value)
-    unsafe = sandbox.Sandbox.for_this_machine(allow_unsandboxed=True)
+    unsafe = sandbox.Sandbox.for_this_machine(allow_unsandboxed=True, cgroups=Cgroups(problem="not needed here"))
     assert not unsafe.enabled and "UNSANDBOXED" in unsafe.describe()
-    assert unsafe.kernel_argv(str(tmp_path), str(tmp_path))[0] != "bwrap"
+    place = sandbox.Place(str(tmp_path / "kernel"), str(tmp_path / "submission.ipynb"))
+    assert unsafe.kernel_argv(place)[0] != "bwrap"
 
 
-def test_the_cli_refuses_without_a_sandbox(monkeypatch, tmp_path, capsys):
+def test_a_refused_batch_leaves_an_existing_gradebook_alone(monkeypatch, tmp_path, capsys):
+    """#25: a failing bwrap refused loudly but first overwrote gradebook.csv with an empty one."""
     from autograd_lab.grading import sandbox
     monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
-    monkeypatch.setattr("autograd_lab.grading.batch.student_build", lambda workroot: str(tmp_path))
+    monkeypatch.setattr("autograd_lab.grading.batch.student_build", lambda **kwargs: str(tmp_path))
     write_submissions(tmp_path, ["correct"])
-    args = build_parser().parse_args(["grade", str(tmp_path / "correct.ipynb"), "--out", str(tmp_path / "out"),
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "gradebook.csv").write_text("student,score\nalice,2\n")
+    args = build_parser().parse_args(["grade", str(tmp_path / "correct.ipynb"), "--out", str(out),
                                       "--notebook", "00"])
     assert grade_main(args) == 2
     assert "bubblewrap" in capsys.readouterr().err
-    assert (tmp_path / "out" / "gradebook.csv").exists()   # written even so: an empty gradebook
+    assert (out / "gradebook.csv").read_text() == "student,score\nalice,2\n"
+    assert sorted(p.name for p in out.iterdir()) == ["gradebook.csv"]
+
+
+# --- issue 25: the second red team ---------------------------------------------
+
+def test_no_report_holds_a_secret_a_hidden_input_or_an_unencodable_character(batch):
+    for path in batch["out"].rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            assert SECRET.encode() not in data and LEAK.encode() not in data, path
+            data.decode("utf-8")   # every file is valid UTF-8
+            assert b"\x1b" not in data and b"\\udcff" not in data, path
+    # Every student has every file, the unencodable one included, and the item analysis is complete.
+    for student in batch["reports"]:
+        assert (batch["out"] / "feedback" / f"{reports.file_stem(student)}.html").exists(), student
+    items = json.loads((batch["out"] / "item_analysis.json").read_text())["exercises"]
+    assert {i["exercise_id"]: i["submissions"] for i in items} == {e: len(batch["reports"]) for e in
+                                                                   ("00.cube_grad", "00.needs_grad")}
+
+
+def test_the_sandbox_binds_only_the_etc_files_a_kernel_needs(batch):
+    output = batch["reports"]["rt_etc_secrets"]["cells"][-1]["output"]
+    for path in ("/etc/shadow", "/etc/gshadow", SECRET_PATH, "/etc/sudoers", "/root/.bashrc"):
+        assert f"unreadable {path}" in output, output
+    listed = set(eval(output.split("etc: ")[1].splitlines()[0]))   # noqa: S307 - our own print of a list
+    from autograd_lab.grading.sandbox import ETC
+    assert listed <= set(ETC) | {"passwd", "group"}, listed
+
+
+def test_tmpfs_and_the_work_folder_have_a_size_limit(batch):
+    tmpfs = batch["reports"]["rt_tmpfs_filler"]["cells"][-1]["output"]
+    disk = batch["reports"]["rt_disk_filler"]["cells"][-1]["output"]
+    assert "WROTE" not in tmpfs and tmpfs.count("stopped at") == 2, tmpfs
+    assert "WROTE" not in disk and "stopped at" in disk, disk
+
+
+def test_fork_and_thread_bombs_are_contained_and_honest_neighbours_keep_full_marks(batch):
+    for student in ("rt_fork_bomb", "rt_thread_bomb"):
+        bomb = batch["reports"][student]["cells"][-1]
+        assert bomb["status"] in ("skipped (dead)", "skipped (unresponsive)", "timed out"), bomb
+    honest = [r for r in batch["reports"].values() if r["student"] in ("correct", "a_b-2", "caf_xe9")]
+    assert [r["score"] for r in honest] == [2, 2, 2]
+
+
+def test_a_shadowed_launcher_cannot_lift_the_file_limit(batch):
+    cells = batch["reports"]["rt_shadow_launcher"]["cells"]
+    assert cells[-2]["status"] == "skipped (dead)" and "file limit held" in cells[-1]["output"], cells[-2:]
+
+
+def test_traps_at_the_old_inputs_paths_change_nothing(batch):
+    report = batch["reports"]["rt_input_traps"]
+    assert report["cells"][0]["output"] == "traps set\n"
+    assert report["execution_time"] < 600   # a FIFO once held a job slot until the submission timeout
+
+
+def test_hidden_inputs_never_reach_the_students_feedback(batch):
+    grade = {g["exercise_id"]: g for g in batch["reports"]["rt_hidden_leak"]["exercises"]}["00.cube_grad"]
+    assert grade["public_passed"] == 3 and grade["hidden_passed"] == 0
+    assert LEAK not in json.dumps(batch["reports"]["rt_hidden_leak"])
+
+
+def test_the_limits_say_who_enforces_them(batch):
+    described = batch["reports"]["correct"]["sandbox"]
+    cgroups = Cgroups.for_this_machine()
+    cgroups.remove()
+    if cgroups.enabled:
+        assert "enforced by the kernel" in described
+    else:
+        assert "NOT ENFORCED BY THE KERNEL" in described
+        assert batch["reports"]["correct"]["problems"][0].startswith("LIMITS NOT ENFORCED BY THE KERNEL")
+    if os.geteuid() == 0:
+        assert "WARNING: grading as root" in batch["stderr"]
+
+
+# --- inputs that cross into the kernel --------------------------------------------
+
+def test_a_graph_crosses_as_a_replay_and_its_fingerprint_proves_it():
+    exercise = checking.get("01.count_nodes")
+    args, data = portable.pack(lambda: exercise.inputs(101, True))
+    meant = portable.fingerprint(args)
+    arrived = portable.unpack(data)
+    assert portable.same(meant, portable.fingerprint(arrived)) is None
+    assert exercise.reference(*arrived) == exercise.reference(*args)
+    # Pickled alone, the graph is lost; the fingerprint says so.
+    assert portable.same(meant, portable.fingerprint(pickle.loads(pickle.dumps(tuple(a.detach() for a in args)))))
+
+
+@pytest.mark.parametrize("exercise_id", ["07.nan_source", "08.no_sync_loop"])
+def test_functions_and_ddp_models_are_rebuilt_from_source(exercise_id):
+    exercise = checking.get(exercise_id)
+    for seed in (*exercise.public_seeds, *exercise.hidden_seeds):
+        args, data = portable.pack(lambda: exercise.inputs(seed, exercise.is_hidden(seed)))
+        assert b"autograd_lab_solutions" not in data
+        assert portable.same(portable.fingerprint(args), portable.fingerprint(portable.unpack(data))) is None
+
+
+def test_a_reference_never_crosses():
+    exercise = checking.get("00.cube_grad")
+    with pytest.raises(portable.NotPortable, match="reference"):
+        portable.dumps((exercise.reference,))
+
+
+# --- grades that do not depend on timing ------------------------------------------
+
+SATURATED_CASES = {"correct": 3, "hostile_cells": 1}
+LOAD = r"""
+import multiprocessing, os, subprocess, sys, time
+end = time.time() + float(sys.argv[1])
+def burn():
+    while time.time() < end:
+        pass
+def churn_memory():
+    size = min(1 << 30, os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 16)
+    while time.time() < end:
+        block = bytearray(size)
+        del block
+def churn_processes():
+    while time.time() < end:
+        subprocess.run(["true"])
+workers = [multiprocessing.Process(target=burn) for _ in range(2 * os.cpu_count())]
+workers += [multiprocessing.Process(target=churn_memory), multiprocessing.Process(target=churn_processes)]
+for worker in workers:
+    worker.start()
+for worker in workers:
+    worker.join()
+"""
+
+
+def _resource_batch(folder):
+    from fixtures.grading.attacks import FORK_MEMORY
+    folder.mkdir()
+    write_red_team(folder)
+    for path in folder.iterdir():
+        if path.stem not in RESOURCE_ATTACKS:
+            path.unlink()
+    for case, copies in SATURATED_CASES.items():
+        write_submissions(folder, [case], copies=copies)
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+    nbformat.write(new_notebook(cells=base_cells() + [new_code_cell(FORK_MEMORY)]),
+                   str(folder / "attack_fork_memory.ipynb"))
+    return folder
+
+
+def test_grades_are_the_same_on_a_saturated_machine(tmp_path):
+    """#25.1: the hostile fixtures and their honest neighbours, graded idle and then with the machine saturated."""
+    folder = _resource_batch(tmp_path / "submissions")
+    idle = _grades(grade_batch([str(folder)], _options(tmp_path / "idle", progress=False)))
+    expected = {student: ALL[student if student in ALL else student.rsplit("_", 1)[0]][:2] for student in idle}
+    assert idle == expected
+    # The load: CPU burners, memory and process churn, and a second batch of the same hostile submissions.
+    seconds = 1200
+    load = subprocess.Popen([sys.executable, "-c", LOAD, str(seconds)], start_new_session=True)
+    beside = subprocess.Popen([sys.executable, "-m", "autograd_lab.course.cli", "grade", str(folder), "--out",
+                               str(tmp_path / "beside"), "--notebook", "00", "--cell-timeout", "10", "--no-progress"],
+                              start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(5)
+        assert os.getloadavg()[0] > 0 and load.poll() is None
+        busy = _grades(grade_batch([str(folder)], _options(tmp_path / "busy", progress=False)))
+    finally:
+        for process in (beside, load):
+            try:
+                os.killpg(process.pid, signal.SIGTERM if process is beside else signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        beside.wait(timeout=300)
+        load.wait(timeout=60)
+    assert busy == idle
+
+
+# --- every exercise grades, in every mode ---------------------------------------------
+
+@pytest.fixture(scope="module")
+def solved(tmp_path_factory):
+    return solved_notebooks(tmp_path_factory.mktemp("solved"))
+
+
+@pytest.mark.parametrize("mode", ["bubblewrap", "none"])
+def test_every_exercise_of_the_solved_notebooks_gets_full_marks(solved, tmp_path, mode):
+    def grade(item):
+        number, path = item
+        options = _options(tmp_path / number, jobs=1, cell_timeout=120, notebooks=(number,), progress=False,
+                           sandbox=mode, allow_unsandboxed=mode == "none")
+        return number, grade_batch([str(path)], options)[0]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        graded = dict(pool.map(grade, sorted(solved.items())))
+    assert {number: short_of_full_marks(report) for number, report in graded.items()} == \
+        {number: [] for number in solved}
+    assert sum(len(report["exercises"]) for report in graded.values()) == len(checking.all_exercises())
+
+
+# --- no sandbox: still nothing survives ---------------------------------------------------
+
+def test_unsandboxed_grading_leaves_no_daemon_and_grades_hidden_checks(tmp_path):
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    nbformat.write(new_notebook(cells=base_cells() + [new_code_cell(DAEMON_ONLY.replace("{marker}", MARKER))]),
+                   str(folder / "daemon.ipynb"))
+    graded = grade_batch([str(folder)], _options(tmp_path / "out", sandbox="none", allow_unsandboxed=True,
+                                                 progress=False))
+    report = graded[0]
+    assert report["score"] == 2 and report["problems"][0].startswith("UNSANDBOXED"), report
+    cube = {g["exercise_id"]: g for g in report["exercises"]}["00.cube_grad"]
+    assert cube["hidden_passed"] == cube["hidden_total"] == len(CUBE.hidden_seeds)
+    assert "started" in report["cells"][-1]["output"]
+    assert _processes_with(MARKER) == []
+
+
+def _processes_with(text):
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as file:
+                if text.encode() in file.read():
+                    found.append(entry)
+        except OSError:
+            continue
+    return found
+
+
+# --- SIGTERM ------------------------------------------------------------------------------
+
+def test_sigterm_stops_the_batch_and_leaves_nothing_behind(tmp_path):
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    write_submissions(folder, ["correct", "infinite_loop", "partly_wrong"])
+    out = tmp_path / "out"
+    grader = subprocess.Popen([sys.executable, "-m", "autograd_lab.course.cli", "grade", str(folder), "--out", str(out),
+                               "--notebook", "00", "--jobs", "1", "--no-progress"],
+                              env={**os.environ, "TMPDIR": str(temporary)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 600
+    while not list(temporary.glob("autograd-lab-grade-*/*/kernel1/spec/connection.json")):
+        assert grader.poll() is None and time.monotonic() < deadline, grader.communicate()[0][-2000:]
+        time.sleep(0.5)
+    time.sleep(3)
+    grader.send_signal(signal.SIGTERM)
+    output = grader.communicate(timeout=300)[0]
+    gradebook = (out / "gradebook.csv").read_text() if (out / "gradebook.csv").exists() else ""
+    assert grader.returncode != 0 and "Terminated" in output, output + gradebook
+    # torch keeps a cache of its own there (torchinductor_<user>); nothing of ours may stay.
+    assert [p.name for p in temporary.iterdir() if p.name.startswith("autograd-lab")] == [], output
+    assert _processes_with(str(temporary)) == []
+    from autograd_lab.grading.limits import _mounts, _own_paths
+    mounts, own = _mounts(), _own_paths()
+    bases = [mounts[k] + own[k] for k in mounts if k in own]
+    assert [p for base in bases for p in Path(base).glob(f"autograd-lab-{grader.pid}-*")] == []
+    assert (out / "gradebook.csv").exists()

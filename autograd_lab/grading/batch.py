@@ -48,6 +48,7 @@ from .progress import ProgressBar
 from .sandbox import UNSANDBOXED_WARNING, Sandbox, SandboxUnavailable
 from .submissions import UsageError, find_submissions, flag_shared_files, read_notebook, sha256
 from .watchdog import Watchdog, kill_tree
+from .worker import Factory
 
 # The worker judges records in its own process: this much memory on top of its kernels.
 JUDGE_MEMORY_MB = 2048
@@ -65,7 +66,7 @@ class Options:
     notebooks: tuple = ()         # notebook numbers ("00") whose exercises are graded
     memory_mb: int = 2048         # memory of each submission's sandbox, all processes and tmpfs together
     disk_mb: int = 512            # each tmpfs of the sandbox (home and work folder, /tmp, /dev/shm)
-    max_processes: int = 1024     # processes and threads of each sandbox together
+    max_processes: int = 512      # processes and threads of each sandbox together
     output_limit: int = 100_000   # characters of printed output kept per cell
     progress: bool = True
     kernel_python: str = sys.executable   # needs torch, ipykernel and autograd_lab
@@ -91,7 +92,9 @@ def choose_exercises(numbers):
 
 def make_sandbox(options, stream=None):
     """The batch's sandbox, with kernels importing a student build; refuses unless it can contain them."""
-    release = options.release or student_build()
+    # A kernel of the container kind runs as another uid without bwrap's binds: it must reach the build
+    # through the file system, so the build goes to a temporary folder rather than the grader's cache.
+    release = options.release or student_build(cache=options.sandbox != "container")
     try:
         sandbox = Sandbox.for_this_machine(memory_mb=options.memory_mb, python=options.kernel_python,
                                            package_root=release, allow_unsandboxed=options.allow_unsandboxed,
@@ -112,23 +115,77 @@ def _with_processes(sandbox, count):
 _BUILDS = {}
 
 
-def student_build():
-    """A student build (no solutions) for the kernels, made once per grader process."""
+def student_build(cache=True):
+    """A student build (no solutions) for the kernels, made once per version of the course and torch.
+
+    Kept in ``$AUTOGRAD_LAB_CACHE/builds/<hash of the package, solutions, notebooks and torch>``
+    (``~/.cache/autograd-lab``), so a second batch does not pay for the reference records
+    again; with ``cache=False`` (or no writable cache), one per grader process in a
+    temporary folder, removed when the process ends.
+    """
     from autograd_lab.grading import release
 
-    if "path" not in _BUILDS or not os.path.isdir(_BUILDS["path"]):
-        folder = tempfile.mkdtemp(prefix="autograd-lab-release-")
+    if "path" in _BUILDS and os.path.isdir(_BUILDS["path"]):
+        return _BUILDS["path"]
+    try:
+        cached = _cached_build_folder() if cache else None
+    except (ImportError, OSError, AttributeError):   # no cache: a build of our own, as before
+        cached = None
+    if cached is not None and os.path.exists(os.path.join(cached, ".complete")):
+        _BUILDS["path"] = cached
+        return cached
+    folder = tempfile.mkdtemp(prefix="autograd-lab-release-")
+    release.build(folder)
+    _open_to_all(folder)
+    if cached is not None:
+        try:
+            open(os.path.join(folder, ".complete"), "w").close()
+            os.makedirs(os.path.dirname(cached), exist_ok=True)
+            os.rename(folder, cached)   # atomic: a build is complete or absent
+            folder = cached
+            _prune(os.path.dirname(cached), keep=3)
+        except OSError:
+            pass
+    if folder != cached:
         # Reused by every batch of this process, so removed when the process ends, not per batch.
         atexit.register(shutil.rmtree, folder, True)
-        _BUILDS["path"] = release.build(folder)
-        # The kernels may run as an unprivileged uid: they must be able to read it.
-        for root, folders, files in os.walk(folder):
-            for name in folders:
-                os.chmod(os.path.join(root, name), 0o755)
-            for name in files:
-                os.chmod(os.path.join(root, name), 0o644)
-        os.chmod(folder, 0o755)
-    return _BUILDS["path"]
+    _BUILDS["path"] = folder
+    return folder
+
+
+def _cached_build_folder():
+    import hashlib
+
+    import torch
+
+    from .release import NOTEBOOKS, PACKAGE, SOLUTIONS
+
+    digest = hashlib.sha256(f"{torch.__version__} {sys.version}".encode())
+    for root in (PACKAGE, SOLUTIONS, NOTEBOOKS):
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and "public" not in path.parts \
+                    and path.suffix != ".pyc":
+                digest.update(str(path.relative_to(root.parent)).encode())
+                digest.update(path.read_bytes())
+    base = os.environ.get("AUTOGRAD_LAB_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "autograd-lab")
+    return os.path.join(base, "builds", digest.hexdigest()[:24])
+
+
+def _prune(builds, keep):
+    """Remove all but the ``keep`` newest builds (each change of the course makes a new one)."""
+    entries = sorted(os.scandir(builds), key=lambda entry: entry.stat().st_mtime, reverse=True)
+    for entry in entries[keep:]:
+        shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _open_to_all(folder):
+    """The kernels may run as an unprivileged uid: they must be able to read the build."""
+    for root, folders, files in os.walk(folder):
+        for name in folders:
+            os.chmod(os.path.join(root, name), 0o755)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o644)
+    os.chmod(folder, 0o755)
 
 
 def grade_batch(arguments, options, stream=None):
@@ -137,17 +194,20 @@ def grade_batch(arguments, options, stream=None):
     chosen = choose_exercises(options.notebooks)
     workroot = tempfile.mkdtemp(prefix="autograd-lab-grade-")
     os.chmod(workroot, 0o711)   # kernels that run as another uid reach their own folder, list nothing
-    done, sandbox, running = [], None, _Running()
+    ipc_root = _short_folder()
+    done, sandbox, running, factory = [], None, _Running(), None
     previous = _on_sigterm()
     try:
         sandbox = make_sandbox(options, stream)
         os.makedirs(options.out, exist_ok=True)
         regular = [s for s in submissions if _not_regular(s.path) is None]
         shared = flag_shared_files(regular)
+        if sandbox.cgroups.kind != "systemd-run":   # a forked worker enters its cgroup itself
+            factory = Factory()
         bar = ProgressBar(len(submissions), stream=stream, enabled=options.progress)
         with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
-            futures = {pool.submit(_grade_one, slot, submission, chosen, sandbox, workroot, options,
-                                   shared.get(submission.student, []), running): submission
+            futures = {pool.submit(_grade_one, slot, submission, chosen, sandbox, (workroot, ipc_root), options,
+                                   shared.get(submission.student, []), running, factory): submission
                        for slot, submission in enumerate(submissions)}
             try:
                 for future in as_completed(futures):
@@ -170,7 +230,10 @@ def grade_batch(arguments, options, stream=None):
             reports.write_gradebook(options.out, done, ids)
             reports.write_item_analysis(options.out, done, ids)
             sandbox.cgroups.remove()
+        if factory is not None:
+            factory.close()
         shutil.rmtree(workroot, ignore_errors=True)
+        shutil.rmtree(ipc_root, ignore_errors=True)
         _restore_sigterm(previous)
     return sorted(done, key=lambda report: report["student"])
 
@@ -256,6 +319,16 @@ def _report(submission, digest, grades, problems, execution, sandbox, seconds, s
     })
 
 
+def _short_folder():
+    """A private folder for the kernels' sockets, short enough for a unix socket's path (107 bytes)."""
+    folder = tempfile.mkdtemp(prefix="autograd-lab-ipc-")
+    if len(folder) > 60:   # a long TMPDIR: /tmp itself is short on every Linux
+        os.rmdir(folder)
+        folder = tempfile.mkdtemp(prefix="autograd-lab-ipc-", dir="/tmp")
+    os.chmod(folder, 0o711)
+    return folder
+
+
 def _not_regular(path):
     """Why ``path`` cannot be a submission (a device, a FIFO, a folder), or None for a regular file."""
     try:
@@ -267,7 +340,7 @@ def _not_regular(path):
     return "it is not a regular file (a device, a FIFO or a socket, or a link to one); it was not read"
 
 
-def _grade_one(slot, submission, chosen, sandbox, workroot, options, flags, running):
+def _grade_one(slot, submission, chosen, sandbox, roots, options, flags, running, factory=None):
     started = time.monotonic()
     refused = _not_regular(submission.path)
     if refused:
@@ -279,7 +352,8 @@ def _grade_one(slot, submission, chosen, sandbox, workroot, options, flags, runn
         problems.append(problem)
     else:
         try:
-            outcome = _execute(slot, submission, code_cells(notebook), chosen, sandbox, workroot, options, running)
+            outcome = _execute(slot, submission, code_cells(notebook), chosen, sandbox, roots, options, running,
+                               factory)
         except Exception as error:  # one broken submission never stops the batch
             problems.append(f"grading failed: {type(error).__name__}: {error}")
     if outcome is not None:
@@ -300,8 +374,9 @@ def _grade(exercise, outcome, why):
     return grade if grade is not None else scoring.error_grade(exercise, "no grade came back")
 
 
-def _execute(slot, submission, cells, chosen, sandbox, workroot, options, running):
+def _execute(slot, submission, cells, chosen, sandbox, roots, options, running, factory=None):
     """Run the worker for one submission; its execution and grades as a dict."""
+    workroot, ipc_root = roots
     folder = os.path.join(workroot, str(slot))
     os.makedirs(folder)
     os.chmod(folder, 0o711)
@@ -309,7 +384,7 @@ def _execute(slot, submission, cells, chosen, sandbox, workroot, options, runnin
     shutil.copyfile(submission.path, copy)
     os.chmod(copy, 0o644)
     job = {
-        "cells": cells, "folder": folder, "submission": copy, "slot": slot,
+        "cells": cells, "folder": folder, "submission": copy, "slot": slot, "ipc_root": ipc_root,
         "result_path": os.path.join(folder, "result.json"),
         "pgid_log": os.path.join(folder, "kernels.pgid"),
         "sandbox": sandbox.to_json(),
@@ -318,47 +393,84 @@ def _execute(slot, submission, cells, chosen, sandbox, workroot, options, runnin
         "cell_timeout": options.cell_timeout, "check_timeout": min(options.check_timeout, options.cell_timeout),
         "output_limit": options.output_limit,
     }
-    group = None
+    group = leaf = None
     if sandbox.cgroups.enabled and sandbox.cgroups.kind != "systemd-run":
         group = sandbox.cgroups.group(f"slot{slot}", memory_mb=sandbox.memory_mb + JUDGE_MEMORY_MB,
                                       tasks=sandbox.max_processes + WORKER_TASKS, leaf=False)
+        leaf = Group.create(dict(group.dirs), "worker")   # cgroup v2 keeps processes in leaves only
         job["cgroup"] = [list(item) for item in group.dirs]
+        job["enter"] = [os.path.join(path, "cgroup.procs") for _, path in leaf.dirs]
+    job["log_path"] = os.path.join(folder, "worker.log")
     job_path = os.path.join(folder, "job.json")
     with open(job_path, "w") as file:
         json.dump(job, file)
     try:
         return _run_worker(job, job_path, options.submission_timeout, sandbox.memory_mb + JUDGE_MEMORY_MB,
-                           group, running)
+                           group, leaf, running, factory)
     finally:
         if group is not None:
             group.remove()
 
 
-def _run_worker(job, job_path, timeout, memory_mb, group, running):
-    log_path = os.path.join(os.path.dirname(job_path), "worker.log")
-    argv = [sys.executable, "-m", "autograd_lab.grading.worker", job_path]
-    if group is not None:
-        argv = _leaf(group).wrap(argv)
-    with open(log_path, "w") as log:
-        worker = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
-
-        def stop():
-            _kill_leftovers(worker.pid, job["pgid_log"], group)
-        running.add(worker.pid, stop)
-        # Where no cgroup limits the worker, a watchdog polls its tree (see watchdog.py).
-        watchdog = Watchdog(worker.pid, memory_mb, max_processes=4096) if group is None else None
+def _start_worker(job_path, leaf, factory):
+    """A worker for the job: forked by the factory (already has torch imported), else a new process."""
+    if factory is not None:
         try:
-            if watchdog:
-                watchdog.__enter__()
-            worker.wait(timeout=timeout)
+            return _Forked(factory, factory.start(job_path))
+        except OSError:
+            pass   # the factory is gone: a process of its own does the same work, a little slower
+    argv = [sys.executable, "-m", "autograd_lab.grading.worker", job_path]
+    with open(os.path.join(os.path.dirname(job_path), "worker.log"), "w") as log:
+        return _Spawned(subprocess.Popen(leaf.wrap(argv) if leaf is not None else argv, stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=log, start_new_session=True))
+
+
+class _Spawned:
+    def __init__(self, process):
+        self.process, self.pid = process, process.pid
+
+    def wait(self, timeout=None):
+        try:
+            return self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise RuntimeError(f"grading this submission took over {timeout:g} s and was stopped") from None
-        finally:
-            if watchdog:
-                watchdog.__exit__(None, None, None)
-            stop()
-            worker.wait()
-            running.remove(worker.pid)
+            raise TimeoutError(self.pid) from None
+
+
+class _Forked:
+    def __init__(self, factory, pid):
+        self.factory, self.pid, self.status = factory, pid, None
+
+    def wait(self, timeout=None):
+        if self.status is None:
+            self.status = self.factory.wait(self.pid, timeout)
+        return self.status
+
+
+def _run_worker(job, job_path, timeout, memory_mb, group, leaf, running, factory):
+    worker = _start_worker(job_path, leaf, factory)
+
+    def stop():
+        _kill_leftovers(worker.pid, job["pgid_log"], group)
+    running.add(worker.pid, stop)
+    # Where no cgroup limits the worker, a watchdog polls its tree (see watchdog.py).
+    watchdog = Watchdog(worker.pid, memory_mb, max_processes=4096) if group is None else None
+    status = None
+    try:
+        if watchdog:
+            watchdog.__enter__()
+        status = worker.wait(timeout=timeout)
+    except TimeoutError:
+        raise RuntimeError(f"grading this submission took over {timeout:g} s and was stopped") from None
+    finally:
+        if watchdog:
+            watchdog.__exit__(None, None, None)
+        stop()
+        if status is None:
+            try:
+                worker.wait(timeout=60)
+            except TimeoutError:
+                pass
+        running.remove(worker.pid)
     if running.stopping:
         raise RuntimeError("the grader was stopped (SIGTERM) while this submission was graded")
     if watchdog and watchdog.reason:
@@ -370,14 +482,9 @@ def _run_worker(job, job_path, timeout, memory_mb, group, running):
         if group is not None and group.events().oom_kills:
             raise RuntimeError(f"grading this submission was stopped because judging it needed more than "
                                f"{memory_mb} MiB of memory") from None
-        with open(log_path, errors="replace") as file:
+        with open(job["log_path"], errors="replace") as file:
             lines = file.read().strip().splitlines()
-        raise RuntimeError(lines[-1][:500] if lines else f"the worker exited with status {worker.returncode}")
-
-
-def _leaf(group):
-    """The worker's own leaf below its submission's group (cgroup v2 keeps processes in leaves only)."""
-    return Group.create(dict(group.dirs), "worker")
+        raise RuntimeError(lines[-1][:500] if lines else f"the worker exited with status {status}")
 
 
 def _kill_leftovers(worker_pid, pgid_log, group=None):

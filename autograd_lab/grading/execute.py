@@ -136,6 +136,10 @@ def _run_cells(kernel, cells, skipped, answer_names, timeout, execution):
                                 "output": run.text[:room], "output_truncated": run.truncated or len(run.text) > room})
         if run.status in FATAL:
             return index, run.status
+        if run.status == "timed out":   # the grader killed what the cell left running: collect them
+            reaped = kernel.run(f"{_HARVEST_MODULE}.reap()", _SNAPSHOT_TIMEOUT, store_history=False)
+            if reaped.status in FATAL:
+                return index, reaped.status
         # After every cell, as a top-to-bottom run would see it: answers made inside an
         # ``if``, a ``try`` or ``exec`` count, and a cell that timed out keeps what came before.
         snap = kernel.run(f"{_HARVEST_MODULE}.snapshot({names!r})", _SNAPSHOT_TIMEOUT, store_history=False)

@@ -57,6 +57,20 @@ def snapshot(names):
             _snapshots[name] = namespace[name]
 
 
+def reap():
+    """Collect the exit status of the kernel's children the grader killed after a timeout (no zombies left
+    holding the sandbox's task limit)."""
+    import os
+
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
 def _stub(*args, **kwargs):
     raise NotImplementedError  # the answer was never defined: observed as "not attempted"
 

@@ -27,6 +27,7 @@ the kernel process itself survived.
 """
 
 import os
+import signal
 import time
 from dataclasses import dataclass, field
 from queue import Empty
@@ -46,6 +47,7 @@ _INTERRUPT_WALL = 30.0     # ...or wall seconds, for one that sleeps through it
 _IDLE_WAIT = 60.0          # wall seconds for the outputs after the reply (they come before "idle")
 _STARTUP_WALL = 600.0      # a kernel that cannot start in this long on any machine is broken
 _POLL = 0.05
+_SWEEP = 1.0               # seconds between two sweeps of what a timed-out cell left running
 # The kernel cannot send us one message larger than this: a flood of output
 # costs the student their output, never the grader's memory.
 MAX_MESSAGE_BYTES = 64 << 20
@@ -149,6 +151,34 @@ class SandboxedKernel:
             return self.group.cpu_seconds()
         return cpu_seconds(tree(self.pid))
 
+    def kernel_pid(self):
+        """The ipykernel process itself (below bwrap and its init), seen from outside the sandbox."""
+        for pid in tree(self.pid):   # parents come before their children: the first is the kernel
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as file:
+                    if file.read().split(b"\0")[1:3] == [b"-m", b"ipykernel_launcher"]:
+                        return pid
+            except OSError:
+                continue
+        return None
+
+    def kill_strays(self):
+        """Kill every process below the kernel, with the sandbox frozen so that none can fork meanwhile."""
+        kernel = self.kernel_pid()
+        if kernel is None:
+            return
+        frozen = self.group is not None and self.group.freeze(True)
+        try:
+            for pid in tree(kernel)[1:]:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        finally:
+            if frozen:
+                self.group.freeze(False)
+        kill_tree(kernel, spare_root=True)   # without a freezer: again, until none is left
+
     def events(self):
         return self.group.events() if self.group is not None else Events()
 
@@ -158,17 +188,23 @@ class SandboxedKernel:
         before = self.events()
         msg_id = self.client.execute(code, store_history=store_history, allow_stdin=False, stop_on_error=False)
         clock = _Budget(self.cpu_seconds, timeout, timeout * WALL_FACTOR)
-        interrupted, reply, idle = False, None, False
+        interrupted, reply, idle, next_sweep = False, None, False, 0.0
         while reply is None or not idle:
             if reply is None and clock.spent():
                 if interrupted:
                     run.status = "unresponsive"
                     return run
+                # The cell is over: what it left running (a fork bomb's children) goes first, so the
+                # kernel alone decides how it answers the interrupt.
+                self.kill_strays()
                 self.manager.interrupt_kernel()
                 interrupted = True
                 clock = _Budget(self.cpu_seconds, _INTERRUPT_GRACE, _INTERRUPT_WALL)
             elif reply is not None and clock.spent():
                 break  # the answer came; some outputs were lost (an oversized message)
+            if interrupted and reply is None and time.monotonic() > next_sweep:
+                self.kill_strays()   # a loop that forks must not regrow while the kernel answers
+                next_sweep = time.monotonic() + _SWEEP
             idle = self._drain_output(msg_id, run) or idle
             if reply is None:
                 reply = self._reply_to(msg_id)

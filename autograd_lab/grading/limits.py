@@ -186,6 +186,18 @@ class Group:
         for _, path in self.dirs:
             _kill_and_remove(path, remove=False, recursive=True)
 
+    def freeze(self, frozen):
+        """Stop (or restart) every process in the group at once; False where the host cannot."""
+        for role, path in self.dirs:
+            parts = role.split("+")
+            if "unified" in parts and os.path.exists(os.path.join(path, "cgroup.freeze")):
+                _try_write(os.path.join(path, "cgroup.freeze"), "1" if frozen else "0")
+                return _settled(os.path.join(path, "cgroup.events"), "frozen", "1" if frozen else "0")
+            if "freezer" in parts:
+                _try_write(os.path.join(path, "freezer.state"), "FROZEN" if frozen else "THAWED")
+                return True
+        return False
+
     def remove(self):
         self.kill()
         for _, path in reversed(self.dirs):
@@ -413,6 +425,15 @@ def _kill_and_remove(path, remove=True, recursive=False):
                 return
             except OSError:   # a process still exiting: its task leaves the group in a moment
                 time.sleep(0.01)
+
+
+def _settled(path, key, value, seconds=10):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if str(_flat_keyed(path).get(key)) == value:
+            return True
+        time.sleep(0.005)
+    return False
 
 
 def _try_write(path, text):

@@ -17,7 +17,10 @@
   profile).  Needs root: each kernel runs as an unprivileged uid of its own in a
   work folder of its own, so files readable only by root (the autograder's
   source, results) are out of its reach.  Nothing else is hidden.
-* ``"none"`` (``--allow-unsandboxed``): no isolation at all; every report says so.
+* ``"none"``: no isolation at all; every report says so.  What ``--allow-unsandboxed``
+  falls back to where no sandbox can be made, or asked for by name (with
+  ``allow_unsandboxed``) in a disposable VM.  Limits (cgroups) still apply, and
+  every process the submission started is killed with its group.
 
 Running as root, the grader never lets a kernel keep root's file access: bwrap
 runs without a user namespace and the launcher switches to an unprivileged uid
@@ -73,6 +76,7 @@ class Place:
     folder: str
     submission: str      # the grader's private copy of the notebook
     slot: int = 0
+    ipc: str = ""        # where the kernel's sockets go ("": in folder); a unix socket path has 107 bytes at most
 
     @property
     def spec_folder(self):
@@ -80,7 +84,7 @@ class Place:
 
     @property
     def ipc_folder(self):
-        return os.path.join(self.folder, "ipc")
+        return self.ipc or os.path.join(self.folder, "ipc")
 
     @property
     def disk_work(self):
@@ -98,7 +102,7 @@ class Sandbox:
     memory_mb: int = 2048
     file_mb: int = 64
     disk_mb: int = 512                # each tmpfs (home and work folder, /tmp, /dev/shm)
-    max_processes: int = 1024         # tasks (processes and threads) of the whole sandbox
+    max_processes: int = 512          # tasks (processes and threads) of the whole sandbox
     python: str = sys.executable
     package_root: str = ""            # the folder that holds autograd_lab/ (a release build)
     read_only: tuple = ()             # the Python installation and venv, bound read-only
@@ -118,12 +122,15 @@ class Sandbox:
     def for_this_machine(cls, memory_mb=2048, file_mb=64, python=sys.executable, package_root=None,
                          allow_unsandboxed=False, kind="bubblewrap", disk_mb=512, cgroups=None):
         """A working sandbox of ``kind``, or (only with ``allow_unsandboxed``) none; else ``SandboxUnavailable``."""
-        if kind not in KINDS[:2]:
-            raise ValueError(f"sandbox kind must be one of {KINDS[:2]}, got {kind!r}")
+        if kind not in KINDS or (kind == "none" and not allow_unsandboxed):
+            raise ValueError(f"sandbox kind must be one of {KINDS[:2]} ('none' only with allow_unsandboxed), "
+                             f"got {kind!r}")
         package_root = os.path.abspath(package_root or _repository_package_root())
         cgroups = cgroups if cgroups is not None else Cgroups.for_this_machine()
         base = cls(kind, memory_mb, file_mb, disk_mb, python=python, package_root=package_root,
                    as_root=os.geteuid() == 0, cgroups=cgroups)
+        if kind == "none":   # asked for: a disposable VM or container, where isolation is not needed
+            return base
         problem, sandbox = _probe(base)
         if not problem:
             return sandbox
@@ -224,6 +231,7 @@ class Sandbox:
         # bwrap makes missing parents of a mount point private (0700): open them, or another uid is locked out.
         for path in _parents([*self.read_only, place.spec_folder, place.ipc_folder, PACKAGE_MOUNT + "/autograd_lab"]):
             argv += ["--perms", "0755", "--dir", path]
+        argv += ["--perms", "0755", "--dir", "/etc"]
         for name in ETC:
             if _world_readable(os.path.join("/etc", name)):
                 argv += ["--ro-bind", os.path.join("/etc", name), os.path.join("/etc", name)]

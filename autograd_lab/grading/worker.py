@@ -10,6 +10,13 @@ by the batch, which already validated the notebook); the worker writes
 The worker makes every input in its own process and hands it to the kernel
 inside the request (``inputs_for``), with a fingerprint kept here to check what
 the kernel rebuilt; it never reads or writes a file the kernel could reach.
+
+``python -m autograd_lab.grading.worker --serve`` is the batch's worker
+factory: it imports torch, the checker and the references once, then forks one
+worker per job path it reads on stdin (``started PID`` and ``ended PID STATUS``
+on stdout).  Each forked worker is exactly the process the batch would have
+started, in a session and cgroup of its own, minus the seconds of CPU time that
+importing torch and the references costs every new process.
 """
 
 import base64
@@ -20,6 +27,9 @@ import json
 import os
 import pickle
 import sys
+import threading
+import time
+import traceback
 
 from .execute import execute_submission
 from .kernel import SandboxedKernel
@@ -38,7 +48,8 @@ def run_job(job):
 
     def open_kernel():
         number = next(numbers)
-        place = Place(os.path.join(job["folder"], f"kernel{number}"), job["submission"], slot=job["slot"])
+        ipc = os.path.join(job["ipc_root"], f"{job['slot']}-{number}") if job.get("ipc_root") else ""
+        place = Place(os.path.join(job["folder"], f"kernel{number}"), job["submission"], slot=job["slot"], ipc=ipc)
         return SandboxedKernel(sandbox, place, output_limit=job["output_limit"], parent_group=group,
                                pgid_log=job["pgid_log"], number=number)
 
@@ -116,10 +127,10 @@ def _become_subreaper():
         pass
 
 
-def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
+def run_job_file(job_path):
+    """Run the job in ``job_path`` and write its result; kill whatever its kernels left behind."""
     _become_subreaper()
-    with open(argv[0]) as file:
+    with open(job_path) as file:
         job = json.load(file)
     try:
         result = run_job(job)
@@ -127,6 +138,142 @@ def main(argv=None):
             json.dump(result, file)
     finally:
         kill_tree(os.getpid(), spare_root=True)   # whatever the kernels left, reparented to us
+
+
+def serve():
+    """Import everything once, then fork a worker for each job path read on stdin."""
+    import torch
+
+    torch.set_num_threads(1)   # no thread pool is running when we fork
+    from autograd_lab import checking
+
+    from . import portable, scoring  # noqa: F401 - imported here so that every worker has them
+
+    checking.all_exercises()
+    said = threading.Lock()
+
+    def say(text):
+        with said:
+            os.write(1, f"{text}\n".encode())
+
+    def reap():
+        while True:
+            try:
+                pid, status = os.waitpid(-1, 0)
+            except ChildProcessError:
+                time.sleep(0.05)
+                continue
+            say(f"ended {pid} {os.waitstatus_to_exitcode(status)}")
+
+    threading.Thread(target=reap, daemon=True).start()
+    for line in sys.stdin:
+        job_path = line.strip()
+        if job_path:
+            pid = os.fork()
+            if pid == 0:
+                _forked_worker(job_path)
+            say(f"started {pid}")
+
+
+def _forked_worker(job_path):
+    """In the forked child: a session, the job's cgroup and log of its own, then the job. Never returns."""
+    code = 1
+    try:
+        os.setsid()
+        with open(job_path) as file:
+            job = json.load(file)
+        for procs in job.get("enter", ()):
+            with open(procs, "w") as file:
+                file.write(str(os.getpid()))
+        log = os.open(job["log_path"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        sys.stdout = open(1, "w", buffering=1, closefd=False)
+        sys.stderr = open(2, "w", buffering=1, closefd=False)
+        sys.stdin = open(os.devnull)
+        run_job_file(job_path)
+        code = 0
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+class Factory:
+    """The batch's side of ``--serve``: start a worker for a job, wait for it to end."""
+
+    def __init__(self):
+        import subprocess
+
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        self.process = subprocess.Popen([sys.executable, "-m", "autograd_lab.grading.worker", "--serve"],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                        start_new_session=True, env=env, text=True)
+        self._asking = threading.Lock()
+        self._changed = threading.Condition()
+        self._started, self._ended = [], {}
+        self._gone = False
+        threading.Thread(target=self._listen, daemon=True).start()
+
+    def _listen(self):
+        for line in self.process.stdout:
+            words = line.split()
+            with self._changed:
+                if words[:1] == ["started"]:
+                    self._started.append(int(words[1]))
+                elif words[:1] == ["ended"]:
+                    self._ended[int(words[1])] = int(words[2])
+                self._changed.notify_all()
+        with self._changed:
+            self._gone = True
+            self._changed.notify_all()
+
+    def start(self, job_path, timeout=600):
+        """The pid of a new worker running ``job_path`` (``OSError`` if the factory is gone)."""
+        with self._asking:
+            try:
+                self.process.stdin.write(f"{job_path}\n")
+                self.process.stdin.flush()
+            except (OSError, ValueError) as error:
+                raise OSError(f"the worker factory is gone ({error})") from None
+            with self._changed:
+                if not self._changed.wait_for(lambda: self._started or self._gone, timeout):
+                    raise OSError("the worker factory did not answer")
+                if not self._started:
+                    raise OSError("the worker factory is gone")
+                return self._started.pop(0)
+
+    def wait(self, pid, timeout):
+        """The worker's exit status; ``TimeoutError`` after ``timeout`` seconds."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: pid in self._ended or self._gone, timeout):
+                raise TimeoutError(pid)
+            return self._ended.pop(pid, -1)
+
+    def close(self):
+        try:
+            self.process.stdin.close()
+        except OSError:
+            pass
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=30)
+        except Exception:
+            self.process.kill()
+            self.process.wait()
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--serve"]:
+        serve()
+    else:
+        run_job_file(argv[0])
 
 
 if __name__ == "__main__":
