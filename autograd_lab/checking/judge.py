@@ -67,8 +67,12 @@ def judge_case(exercise, student, reference):
         return Case(seed, hidden, status, _safely(named_error, exercise, finding, student, reference) or finding, inputs)
     if status != "ok":
         return Case(seed, hidden, status, Finding(status, student.get("error") or ""), inputs)
-    finding = (method_finding(exercise, student) or touched_finding(exercise, student)
-               or _safely(first_difference, exercise, student, reference))
+    # How the answer ran (its method, its arguments) is judged before what it returned, and a
+    # finding about it is never renamed by a value's misconception.
+    finding = method_finding(exercise, student) or touched_finding(exercise, student)
+    if finding is not None:
+        return Case(seed, hidden, "failed", finding, inputs)
+    finding = _safely(first_difference, exercise, student, reference)
     if finding is None:
         return Case(seed, hidden, "passed", None, inputs)
     if finding.tag == GRADED_LATER:   # a student build's prediction: right form, key not shipped
