@@ -1336,6 +1336,10 @@ def test_every_factory_travels_in_a_release_and_records_the_same():
         assert (rebuilt.name, rebuilt.tag, rebuilt.watch, rebuilt.grad_phase) == (
             method.name, method.tag, method.watch, method.grad_phase), method.name
     assert set(methods.FACTORIES) >= {"uses_autograd", "no_library", "own_function", "checkpoint_used"}
+    custom = checking.Method(name="no mm", holds=lambda facts: not facts["ran"], message="m", tag="t",
+                             watch=("op:aten::mm",))
+    rebuilt = public.method_from(release.method_data("99.sample", custom))
+    assert rebuilt.watch == ("op:aten::mm",) and rebuilt.kept({"ran": {"op:aten::mm": 1}}, ()) is False
 
 
 # --- arguments stay untouched (issue 20 point 3) -------------------------------------------

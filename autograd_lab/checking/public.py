@@ -141,7 +141,8 @@ def method_from(item):
         return methods.rebuild((item["factory"], item["kwargs"]))
     holds = eval(item["lambda"], {"__builtins__": {}})  # our own release's text: a lambda on facts only
     return methods.Method(name=item["name"], holds=holds, message=item["message"], tag=item["tag"],
-                          sizes=item["sizes"])
+                          sizes=item["sizes"], watch=tuple(item.get("watch", ())),
+                          grad_phase=item.get("grad_phase", False))
 
 
 def _no_reference(exercise_id):

@@ -233,7 +233,7 @@ def method_data(exercise_id, method):
     if text is None or holds.__code__.co_names or holds.__code__.co_freevars:
         raise ValueError(f"{exercise_id}: the release cannot carry the method {method.name!r}: write its "
                          "predicate as a one-line lambda on `facts` only, or use a factory of checking/methods.py.")
-    return {"lambda": text, **fields_}
+    return {"lambda": text, **fields_, "watch": list(method.watch), "grad_phase": method.grad_phase}
 
 
 def _lambda_text(function):
