@@ -261,7 +261,8 @@ def _case_message(case):
     if case.status == "timed out":
         return "your code ran past the time limit (an endless loop?) and was stopped."
     if case.status == "error":
-        return f"your code raised {case.finding.message}{error_advice(case.finding.message)}"
+        advice = error_advice(case.finding.message)
+        return f"your code raised {case.finding.message}" + (f".{advice}" if advice else "")
     if case.status == "not attempted":
         return "your code still raises NotImplementedError on this case."
     return case.finding.message
