@@ -6,6 +6,7 @@ cannot reach the comparison.  Everything that can go wrong in the answer (not
 attempted, an exception, a timeout) is written into the record, never raised.
 """
 
+import functools
 import os
 
 import torch
@@ -100,7 +101,14 @@ def _run_function(record, exercise, answer, args, seed, timeout):
 
 
 def _call(record, exercise, answer, function, args):
-    """``function(*args)``; for an exercise with a ``method``, the tape's facts go into ``record["facts"]``."""
+    """``function(*args)``; for an exercise with a ``method``, the tape's facts go into ``record["facts"]``.
+
+    An exercise with ``call`` has the answer called through that function instead
+    (``08.no_sync_loop``: on real ranks, ``labs/ddp_check.py``).
+    """
+    via = exercise.caller()
+    if via is not None:
+        function = functools.partial(via, function)
     if not exercise.method:
         return function(*args)
     with watch(flat_tensors(args), watchlist=watch_specs(exercise.method), answer=answer) as watched:

@@ -17,6 +17,7 @@ from .untouched import normalise as normalise_modifies
 COMPARE_KINDS = ("value", "state", "args", "grad")
 KINDS = ("function", "value")
 _ID_PATTERN = re.compile(r"^\d\d\.[a-z][a-z0-9_]*$")
+_CALL_PATTERN = re.compile(r"^autograd_lab\.labs\.[a-z_][a-z0-9_.]*:[a-z_][a-z0-9_]*$")
 _DEFAULT_SEEDS = {"function": ((0, 1, 2), (101, 102, 103)), "value": ((0,), ())}
 
 
@@ -77,6 +78,7 @@ class Exercise:
     experiment: Optional[Callable[[], Any]] = None  # value exercises: measures the key (contracts §5)
     method: Any = ()  # a Method or a tuple of them (``checking/methods.py``)
     modifies: Any = ()  # arguments the answer must change in place: names, indices, "name:grad" (``untouched.py``)
+    call: Optional[str] = None  # "autograd_lab.labs.module:function": the check calls function(answer, *args)
     checked_numbers: dict = field(default_factory=dict, compare=False)  # {"6": lambda key: key["C"]}
     module: str = field(default="", compare=False)
 
@@ -99,6 +101,15 @@ class Exercise:
         if set(self.public_seeds) & set(self.hidden_seeds):
             raise ValueError(f"Exercise {self.id}: a seed cannot be both public and hidden; "
                              f"got public {self.public_seeds} and hidden {self.hidden_seeds}.")
+
+    def caller(self):
+        """The function named by ``call`` (the check calls ``caller(answer, *args)``), or None."""
+        if self.call is None:
+            return None
+        import importlib
+
+        module, _, name = self.call.partition(":")
+        return getattr(importlib.import_module(module), name)
 
     def is_hidden(self, seed):
         return seed in self.hidden_seeds
@@ -151,6 +162,9 @@ def _validate(exercise):
     if "args" in exercise.compare and not exercise.modifies:
         raise ValueError(f"{where}: compare 'args' judges what the answer changes in its arguments: say which it "
                          "may change with modifies=('params',) (an argument's name), or modifies='all'.")
+    if exercise.call is not None and not _CALL_PATTERN.match(str(exercise.call)):
+        raise ValueError(f"{where}: call names the function the check calls the answer through, as "
+                         f"'autograd_lab.labs.module:function' (a student build has it), got {exercise.call!r}.")
     if exercise.experiment is not None and not callable(exercise.experiment):
         raise TypeError(f"{where}: experiment must be a zero-argument function that measures the key.")
     for item in exercise.misconceptions:
