@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 from autograd_lab.labs import ddp_scenarios as scenarios
@@ -51,11 +52,19 @@ def test_unused_parameters_fail_without_find_unused_parameters():
     assert fixed.ok and fixed.results[0]["aux_grad_is_none"]
 
 
-def test_launch_refuses_functions_spawn_cannot_import():
-    def local_scenario(rank, world_size):
-        return {}
-    with pytest.raises(TypeError, match="module-level function"):
-        launch(local_scenario)
+def test_launch_runs_a_function_written_in_a_notebook():
+    # What spawn cannot do: a function that no module defines travels by value (labs/shipping.py).
+    offset = 10
+
+    def local_scenario(rank, world_size, scale=1):
+        total = torch.tensor([float(rank + offset)])
+        dist.all_reduce(total)
+        return {"total": float(total) * scale}
+    run = launch(local_scenario, timeout=120, scale=2)
+    assert run.ok, run.errors
+    assert [run.results[rank]["total"] for rank in (0, 1)] == [2 * (10 + 11)] * 2
+    with pytest.raises(TypeError, match="needs a function"):
+        launch("not a function")
     with pytest.raises(ValueError, match="world_size"):
         launch(scenarios.ddp_step, world_size=0)
 
@@ -250,3 +259,108 @@ def test_a_run_with_a_hung_rank_is_started_again_once(monkeypatch):
     failed = distributed.DistributedRun(world_size=2, errors={0: ("RuntimeError", "x")}, terminated=[1])
     monkeypatch.setattr(distributed, "_launch_once", lambda *args: failed)
     assert distributed.launch(scenarios.ddp_step, world_size=2).restarts == 0
+
+
+# --- functions written in a notebook, and answers checked on real ranks ---------------------
+
+def test_a_shipped_function_keeps_its_globals_closure_defaults_and_lines():
+    import pickle
+    import subprocess
+    import sys
+
+    from autograd_lab.labs import shipping
+
+    namespace = {"__name__": "__main__"}
+    exec(compile("import math\nSCALE = 3\n"
+                 "def helper(x):\n    return x * SCALE\n"
+                 "def fact(n):\n    return 1 if n <= 1 else n * fact(n - 1)\n"
+                 "def make_adder(k):\n    def add(x):\n        return x + k\n    return add\n"
+                 "adder = make_adder(5)\n"
+                 "def answer(x, y=2, *, z=4):\n    return helper(x) + fact(4) + adder(y) + z + math.floor(1.5)\n"
+                 "def broken(x):\n    return undefined_name + x\n", "<cell>", "exec"), namespace)
+    program = ("import sys, pickle; from autograd_lab.labs import shipping\n"
+               "answer, broken = (shipping.loads(d) for d in pickle.loads(sys.stdin.buffer.read()))\n"
+               "print(answer(1))\n"
+               "try:\n    broken(1)\nexcept NameError as error:\n    print(error)\n")
+    data = pickle.dumps([shipping.dumps(namespace["answer"]), shipping.dumps(namespace["broken"])])
+    fresh = subprocess.run([sys.executable, "-c", program], input=data, capture_output=True, timeout=120)
+    assert fresh.stdout.decode().split("\n")[:2] == ["39", "name 'undefined_name' is not defined"], fresh.stderr
+    lock = __import__("threading").Lock()
+    namespace["LOCK"] = lock
+    exec(compile("def uses_lock():\n    return LOCK\n", "<cell>", "exec"), namespace)
+    with pytest.raises(shipping.NotShippable, match="LOCK"):
+        shipping.dumps(namespace["uses_lock"])
+
+
+def test_an_answer_checked_on_ranks_reports_what_each_rank_did():
+    import torch.nn as nn
+
+    from autograd_lab.labs.ddp_check import on_ranks
+
+    def sync_first(model, micro_batches):
+        for step, (x, y) in enumerate(micro_batches):
+            if step == 0:
+                F.mse_loss(model(x), y).backward()
+            else:
+                with model.no_sync():
+                    F.mse_loss(model(x), y).backward()
+
+    torch.manual_seed(0)
+    module = nn.Linear(3, 2)
+    batches = [[(torch.randn(n, 3), torch.randn(n, 2)) for n in (3, 1)] for _ in range(2)]
+    seen = on_ranks(sync_first, module, batches)
+    assert seen["forward_rows"] == [[3, 1], [3, 1]] and seen["backward_passes"] == [2, 2]
+    assert seen["allreduced_after_forward"] == [[1], [1]]                # synchronised after the first forward
+    assert not torch.allclose(seen["grads"][0]["weight"], seen["grads"][1]["weight"])   # the ranks disagree
+
+    def raises(model, micro_batches):
+        return torch.cat(micro_batches[0])               # (3, 3) and (3, 2): sizes differ
+    with pytest.raises(RuntimeError, match=r"\(line \d+: `return torch.cat\(micro_batches\[0\]\).*\(on rank 0\)"):
+        on_ranks(raises, module, batches)
+
+    def stub(model, micro_batches):
+        raise NotImplementedError
+    with pytest.raises(NotImplementedError):
+        on_ranks(stub, module, batches)
+
+
+def test_the_checks_clock_runs_for_the_answer_not_for_starting_the_ranks():
+    import signal
+    import time
+
+    import torch.nn as nn
+
+    from autograd_lab.labs.ddp_check import on_ranks
+
+    class Alarm(BaseException):
+        pass
+
+    def forever(model, micro_batches):
+        while True:
+            try:
+                time.sleep(0.01)
+            except Exception:
+                pass
+
+    def quick(model, micro_batches):
+        for x, y in micro_batches:
+            F.mse_loss(model(x), y).backward()
+
+    def ring(signum, frame):
+        raise Alarm()
+
+    batches = [[(torch.randn(2, 3), torch.randn(2, 2))] for _ in range(2)]
+    previous = signal.signal(signal.SIGALRM, ring)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 1.5)       # less than starting two ranks takes on a loaded machine
+        on_ranks(quick, nn.Linear(3, 2), batches)        # paused while the ranks start: no alarm
+        left, _ = signal.setitimer(signal.ITIMER_REAL, 0)
+        assert 0 < left <= 1.5
+        signal.setitimer(signal.ITIMER_REAL, 1.5)
+        start = time.monotonic()
+        with pytest.raises(Alarm):                       # the answer ran out of its 1.5 s on the ranks
+            on_ranks(forever, nn.Linear(3, 2), batches)
+        assert time.monotonic() - start < 120
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

@@ -66,8 +66,7 @@ def ddp_step(rank, world_size, batch_per_rank=4, reduction="mean"):
 def accumulate(rank, world_size, micro_batches=4, micro_batch_size=2, use_no_sync=True, forward_in_no_sync=True):
     """Gradient accumulation over micro-batches, with or without ``no_sync``; counts all-reduces.
 
-    ``forward_in_no_sync=False`` reproduces a common bug: the forward runs outside
-    ``no_sync()`` and only the backward inside, so DDP still all-reduces every micro-batch.
+    ``forward_in_no_sync=False``: only the backward of the first micro-batches runs inside ``no_sync()``.
     """
     allreduces = []
     model = DDP(make_model())
@@ -107,14 +106,23 @@ class TwoHeads(nn.Module):
         return self.aux(h) if use_aux else h
 
 
-def unused_parameters(rank, world_size, find_unused_parameters=False, steps=2):
-    """Train ``TwoHeads`` without its aux head for ``steps`` steps; report the gradients of the last step."""
-    model = DDP(TwoHeads(), find_unused_parameters=find_unused_parameters)
+def unused_parameters(rank, world_size, find_unused_parameters=False, steps=2, freeze_aux=False,
+                      last_backward=True):
+    """Train ``TwoHeads`` without its aux head for ``steps`` steps; report the gradients of the last step.
+
+    ``freeze_aux``: the aux head's parameters do not require grad.  ``last_backward=False``:
+    the last step runs its forward only.
+    """
+    net = TwoHeads()
+    net.aux.requires_grad_(not freeze_aux)
+    model = DDP(net, find_unused_parameters=find_unused_parameters)
     inputs, targets = make_data(4 * world_size)
     x, y = rank_slice(inputs, rank, world_size), rank_slice(targets, rank, world_size)
-    for _ in range(steps):
+    for step in range(steps):
         model.zero_grad()
-        F.mse_loss(model(x), y).backward()
+        loss = F.mse_loss(model(x), y)
+        if step < steps - 1 or last_backward:
+            loss.backward()
     return {"aux_grad_is_none": model.module.aux.weight.grad is None, "steps": steps,
             "body_grads": grads_of(model.module.body)}
 
@@ -122,9 +130,7 @@ def unused_parameters(rank, world_size, find_unused_parameters=False, steps=2):
 def skip_backward(rank, world_size, skipping_rank=1, wait_seconds=2.0, stall_seconds=30.0):
     """Every rank but ``skipping_rank`` calls backward; the skipping rank stalls (a data-loader stall, say).
 
-    The others wait in the gradient all-reduce for a partner that never comes.  DDP
-    runs on a group whose timeout is ``wait_seconds``, so the wait becomes an error
-    instead of a hang.
+    DDP runs on a group made with ``timeout=wait_seconds``.
     """
     dist.barrier()  # line the ranks up, so only the skipped backward can time out
     impatient = dist.new_group(timeout=timedelta(seconds=wait_seconds))
@@ -151,20 +157,32 @@ def shifted_shard(inputs, rank, world_size):
 
 
 def batchnorm_statistics(rank, world_size, batch_per_rank=8, sync=False):
-    """BatchNorm running statistics after one training forward, per rank (``sync``: SyncBatchNorm)."""
+    """BatchNorm running statistics after one training forward, per rank (``sync``: SyncBatchNorm).
+
+    Then three more forwards: an evaluation forward under ``no_grad``, and two training
+    forwards under ``no_grad``; ``starts`` holds the ``running_mean`` each of the four
+    forwards found when it began (a forward pre-hook on the BatchNorm layer).
+    """
     model = make_batchnorm_model()
     if sync:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     model = DDP(model)
+    norm = model.module[1]
+    starts = []
+    norm.register_forward_pre_hook(lambda module, args: starts.append(module.running_mean.clone()))
     inputs, _ = make_data(batch_per_rank * world_size)
     shard = shifted_shard(inputs, rank, world_size)
     model(shard)
-    norm = model.module[1]
     statistics = {"running_mean": norm.running_mean.clone(), "running_var": norm.running_var.clone()}
     model.eval()  # an evaluation forward: uses the running statistics, does not update them
     with torch.no_grad():
         model(shard)
     statistics["running_mean_after_eval_forward"] = norm.running_mean.clone()
+    model.train()
+    with torch.no_grad():
+        model(shard)
+        model(shard)
+    statistics["starts"] = starts
     return statistics
 
 
@@ -197,13 +215,8 @@ def make_checkpointed_model(seed=0):
     return nn.ModuleList([nn.Sequential(nn.Linear(IN_FEATURES, IN_FEATURES), nn.Tanh()) for _ in range(2)])
 
 
-def checkpointed_ddp(rank, world_size, use_reentrant=True, reuse=True):
-    """DDP over a model whose second block is checkpointed twice in one forward.
-
-    With the reentrant checkpoint, each recomputation runs its own backward inside the
-    outer one, and DDP's hook on the shared parameters fires once per use; the
-    non-reentrant checkpoint runs inside the one backward and DDP sees each gradient once.
-    """
+def checkpointed_ddp(rank, world_size, use_reentrant=True, reuse=True, static_graph=False):
+    """DDP (``static_graph`` as given) over a model whose second block is checkpointed twice in one forward."""
     from torch.utils.checkpoint import checkpoint
 
     blocks = make_checkpointed_model()
@@ -219,7 +232,75 @@ def checkpointed_ddp(rank, world_size, use_reentrant=True, reuse=True):
                 h = checkpoint(self.blocks[1], h, use_reentrant=use_reentrant)
             return h
 
-    model = DDP(Shared())
+    model = DDP(Shared(), static_graph=static_graph)
     inputs, _ = make_data(4 * world_size)
     model(rank_slice(inputs, rank, world_size)).pow(2).mean().backward()
     return {"grads": grads_of(model.module)}
+
+
+class TwoBranches(nn.Module):
+    """Two linear branches added together; ``first`` says which one the forward computes first."""
+
+    def __init__(self, width=64):
+        super().__init__()
+        self.left = nn.Linear(width, width)
+        self.right = nn.Linear(width, width)
+
+    def forward(self, x, first="left"):
+        if first == "left":
+            left = self.left(x)
+            right = self.right(x)
+        else:
+            right = self.right(x)
+            left = self.left(x)
+        return left + right
+
+
+def bucket_events(rank, world_size, firsts=("left", "left", "right")):
+    """One backward per entry of ``firsts``; per iteration, the order of gradient and all-reduce events.
+
+    Buckets are capped at a little less than one branch's parameters, so each branch
+    can get a bucket of its own; a communication hook notes each all-reduce DDP starts
+    (and which parameters its bucket holds), a post-accumulate hook each gradient that lands.
+    """
+    torch.manual_seed(0)
+    model = TwoBranches()
+    events = []
+    for name, p in model.named_parameters():
+        p.register_post_accumulate_grad_hook(lambda _, name=name: events.append(f"{name} landed"))
+    branch_bytes = sum(p.numel() * p.element_size() for p in model.left.parameters())
+    ddp = DDP(model, bucket_cap_mb=0.99 * branch_bytes / 2**20)
+    names = {id(p): name for name, p in ddp.module.named_parameters()}
+
+    def hook(state, bucket):
+        held = sorted({names[id(p)].split(".")[0] for p in bucket.parameters()})
+        events.append(f"all-reduce of bucket {bucket.index()} ({' + '.join(held)})")
+        tensor = bucket.buffer().div_(dist.get_world_size())
+        return dist.all_reduce(tensor, async_op=True).get_future().then(lambda fut: fut.value()[0])
+    ddp.register_comm_hook(None, hook)
+    x = make_data(4, seed=rank + 1)[0].repeat(1, 16)
+    per_iteration = []
+    for first in firsts:
+        events.clear()
+        ddp(x, first=first).pow(2).mean().backward()
+        per_iteration.append(list(events))
+    return {"events": per_iteration}
+
+
+def spawned_rank(rank, world_size, port, folder):
+    """One rank started by ``torch.multiprocessing.spawn``: join a gloo group, all-reduce, write what it got."""
+    import json
+    import os
+
+    from .distributed import LOOPBACK, loopback_interface
+    os.environ["GLOO_SOCKET_IFNAME"] = loopback_interface()
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://{LOOPBACK}:{port}", rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=30))
+    try:
+        total = torch.tensor([float(rank + 1)])
+        dist.all_reduce(total)
+        with open(os.path.join(folder, f"rank{rank}.json"), "w") as file:
+            json.dump({"rank": rank, "process": os.getpid(), "all_reduced": float(total)}, file)
+    finally:
+        dist.destroy_process_group()

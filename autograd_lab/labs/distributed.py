@@ -1,8 +1,9 @@
 """Run real ``torch.distributed`` code on local CPU processes, safely from a notebook.
 
 Lab 08 trains with real DDP on the gloo backend.  ``launch`` starts one
-process per rank with the ``spawn`` method (so it works from Jupyter on every
-OS), joins them and hands back what each rank returned::
+process per rank (forked from a server process that imported torch once, or
+spawned where the OS has no ``forkserver``), joins them and hands back what
+each rank returned::
 
     run = launch(ddp_step, world_size=2, batch_per_rank=4, reduction="mean")
     run.results[0]["grads"]        # rank 0's gradients after the all-reduce
@@ -16,9 +17,10 @@ Three rules keep a demonstration from ever hanging or leaking:
 * ``launch`` itself has a deadline: ranks still alive after it are terminated,
   then killed, and always joined.
 
-A worker ("scenario") is a module-level function ``scenario(rank, world_size,
-**kwargs) -> dict`` that may use the process group; ``spawn`` imports it by
-name, which is why the scenarios the lab uses live in ``autograd_lab.labs.ddp_scenarios``.
+A worker ("scenario") is a function ``scenario(rank, world_size, **kwargs) -> dict``
+that may use the process group.  One defined in an importable module travels by
+name; one written in a notebook travels by value (``shipping``), which a plain
+``spawn`` cannot do.
 """
 
 import io
@@ -36,6 +38,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from . import shipping
 
 LOOPBACK = "127.0.0.1"
 _SOURCE_LOCATION = re.compile(r"^\[[^\]]*\.(cc|cpp|h):\d+\]\s*")
@@ -148,6 +152,10 @@ def _worker(rank, world_size, port, collective_timeout, scenario, kwargs, outbox
                 traceback.print_exc()
 
 
+def _run_shipped(rank, world_size, shipped, kwargs):
+    return shipping.loads(shipped)(rank, world_size, **kwargs)
+
+
 def _to_bytes(result):
     # Tensors sent through a multiprocessing queue travel as shared-memory file
     # descriptors, which die with the rank; bytes outlive it.
@@ -161,9 +169,9 @@ def _from_bytes(payload):
 
 
 def _first_line(error):
-    """The message's first line, without gloo's "[path/to/file.cc:123] " prefix (it changes per build)."""
+    """The message, without gloo's "[path/to/file.cc:123] " prefixes (they change per build); every line kept."""
     text = str(error).strip()
-    return _SOURCE_LOCATION.sub("", text.splitlines()[0]) if text else type(error).__name__
+    return "\n".join(_SOURCE_LOCATION.sub("", line) for line in text.splitlines()) if text else type(error).__name__
 
 
 # Ranks leave a scenario's last collective together; one still silent this long after a
@@ -184,9 +192,10 @@ def launch(scenario, *, world_size=2, timeout=180.0, collective_timeout=30.0, gr
     a rank now and then hangs after the scenario's last collective (measured: 1 run in 12 of
     ``accumulate`` on 2.5.1+cu124, none in 25 on 2.13.0+cpu).
     """
-    if not callable(scenario) or "<locals>" in getattr(scenario, "__qualname__", "<locals>"):
-        raise TypeError("launch() needs a module-level function (spawn imports it by name); "
-                        "define the scenario in an importable module, not in the notebook.")
+    if not callable(scenario):
+        raise TypeError(f"launch() needs a function scenario(rank, world_size, **kwargs), got {type(scenario).__name__}.")
+    if not shipping.findable(scenario):   # written in a notebook: its code travels by value
+        scenario, kwargs = _run_shipped, {"shipped": shipping.dumps(scenario), "kwargs": kwargs}
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1, got {world_size}.")
     run = _launch_once(scenario, world_size, timeout, collective_timeout, grace, kwargs)
