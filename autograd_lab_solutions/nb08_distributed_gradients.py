@@ -1,13 +1,16 @@
-"""Exercises of notebook 08 (distributed gradients): gradient scale, rank shards, a no_sync loop."""
+"""Exercises of notebook 08 (distributed gradients): gradient scale, rank shards, a no_sync loop on real ranks."""
+
+import copy
+import math
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DistributedSampler
 
-from autograd_lab.labs.ddp_scenarios import counting_allreduce
-from autograd_lab.labs.distributed import single_process_group
-from autograd_lab.checking import Exercise, Misconception, WrongAnswer, claims, no_distributed_sampler, register
+from autograd_lab.checking import Exercise, Misconception, WrongAnswer, no_distributed_sampler, register
+from autograd_lab.checking.variation import choose, generator
 
 # --- 08.grad_scale --------------------------------------------------------------------
 
@@ -46,17 +49,18 @@ def measure_grad_scale():
     return factors
 
 
-def _scaled_by(factor):
+def _says(key, number):
+    """The prediction gives ``number`` for ``key`` (an int or a float, not a bool or a string)."""
     def detect(student, reference, args):
-        return (isinstance(student, dict) and set(student) == set(reference)
-                and all(abs(student[key] - factor * reference[key]) < 1e-9 for key in reference))
+        value = student.get(key) if isinstance(student, dict) else None
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and value == number
     return detect
 
 
-def _c_counts_rows_only(student, reference, args):
-    # C = B: the sum taken over rows only, as if the model had one output.
-    return (isinstance(student, dict) and set(student) == set(reference)
-            and student["C"] == B and reference["C"] == B * OUTPUTS)
+def _not_numbers(student, reference, args):
+    """Some entry is a tensor or a string: the right factor in the wrong type reads as a wrong one."""
+    return isinstance(student, dict) and any(
+        isinstance(value, (torch.Tensor, str)) for value in student.values())
 
 
 register(Exercise(
@@ -68,32 +72,39 @@ register(Exercise(
     experiment=measure_grad_scale,
     solution_code=f"grad_scale = {GRAD_SCALE!r}",
     hints=(
-        "DDP averages the gradients of the ranks; it never sums them.",
-        "Accumulation adds the gradients of the micro-batches: K means added up are K times a mean.",
-        "`F.mse_loss` averages over every element, not over rows: a micro-batch of 3 rows and 2 outputs "
-        "has 6 elements, so its summed loss is 6 times its mean.",
+        "Start from what DDP does with the ranks' gradients: the first runs of this notebook measured it for a "
+        "mean and for a summed loss.",
+        "Accumulation: what does each `backward()` do with the `.grad` the previous micro-batch left?",
+        "`F.mse_loss` takes its mean over every element of its input, not over rows: count the elements of "
+        "one micro-batch's output.",
     ),
-    checked_numbers={"6": lambda key: key["C"]},
     misconceptions=(
         Misconception("ddp_sums",
-                      "Every factor is twice the truth: DDP averages the ranks' gradients (it divides the "
-                      "all-reduced sum by the world size), so ranks never multiply the scale.",
-                      _scaled_by(2)),
+                      "B says the ranks add their gradients. By default DDP divides each rank's gradient by the "
+                      "world size before the all-reduce sums them: the ranks' contributions are averaged.",
+                      _says("B", 2)),
         Misconception("accumulation_averages",
-                      "Setup A is not 1: `backward()` adds into `.grad`, so K micro-batch means accumulate to "
-                      "K times the mean unless each loss is divided by K.",
-                      claims("A", 1)),
+                      "A says accumulation averages. `backward()` adds into `.grad`: micro-batch means that are "
+                      "not divided add up to more than one mean.",
+                      _says("A", 1)),
+        Misconception("not_numbers",
+                      "Answer with plain numbers (an `int` or a `float`), not tensors or strings: turn a measured "
+                      "ratio into a number with `float(...)`.",
+                      _not_numbers),
         Misconception("sum_over_rows_only",
-                      "Setup C counts rows only: `reduction=\"sum\"` adds every element of the "
-                      "(rows, outputs) loss, and the mean divides by all of them, so the factor is rows "
-                      "times outputs.",
-                      _c_counts_rows_only),
+                      "C counts rows only: `reduction=\"sum\"` adds every element of the (rows, outputs) loss, and "
+                      "the mean divides by all of them.",
+                      _says("C", B)),
     ),
     wrong_answers=(
         WrongAnswer({"A": 8, "B": 2, "C": 12}, expect="ddp_sums"),
         WrongAnswer({"A": 1, "B": 1, "C": 6}, expect="accumulation_averages"),
+        WrongAnswer({"A": 1.0, "B": 1, "C": 6}, expect="accumulation_averages", note="the same claim as a float"),
         WrongAnswer({"A": 4, "B": 1, "C": 3}, expect="sum_over_rows_only", note="the old, wrong key"),
+        WrongAnswer({"A": "4", "B": "1", "C": "6"}, expect="not_numbers", note="strings"),
         WrongAnswer({"A": 4, "B": 1, "C": 12}, expect="wrong_value", note="C confused with K * B"),
+        WrongAnswer({"A": 4.0000045, "B": 1.000003, "C": 6.000004}, expect="wrong_value",
+                    note="off in the sixth digit: the grader's tolerance, not a rounding of six digits"),
     ),
 ))
 
@@ -106,14 +117,25 @@ def shard(n, world_size, rank):
     return padded[:total][rank::world_size]                           # every world_size-th index
 
 
+# (items, ranks) regimes: padding shorter than the dataset, longer than it (fewer items than
+# ranks), and a dataset that needs none; each public seed takes another, hidden seeds too.
+_SHARD_REGIMES = ("short", "long", "none")
+
+
 def _shard_inputs(seed, hidden):
-    generator = torch.Generator().manual_seed(seed)
-    world_size = int(torch.randint(2, 5 if hidden else 4, (), generator=generator))
-    n = int(torch.randint(world_size + 1, 23, (), generator=generator))
-    if n % world_size == 0:
-        n += 1                                                        # make padding necessary
-    rank = int(torch.randint(world_size, (), generator=generator))
-    return n, world_size, rank
+    g = generator(seed)
+    regime = choose(seed, _SHARD_REGIMES, hidden=hidden, hidden_choices=("long", "short", "long"))
+    world_size = int(torch.randint(3, 9 if hidden else 8, (), generator=g))
+    if regime == "long":       # padding longer than the dataset: the indices are repeated more than once
+        n = int(torch.randint(1, (world_size - 1) // 2 + 1, (), generator=g))
+        rank = int(torch.randint(2 * n, world_size, (), generator=g))   # a rank that one copy does not reach
+        return n, world_size, rank
+    if regime == "short":      # a rank whose last index is padding
+        n = world_size * int(torch.randint(2, 4, (), generator=g)) + int(torch.randint(1, world_size, (), generator=g))
+        return n, world_size, int(torch.randint(n % world_size, world_size, (), generator=g))
+    else:
+        n = world_size * int(torch.randint(2, 5, (), generator=g))
+    return n, world_size, int(torch.randint(world_size, (), generator=g))
 
 
 def _contiguous(n, world_size, rank):
@@ -125,9 +147,54 @@ def _no_padding(n, world_size, rank):
     return list(range(n))[rank::world_size]
 
 
+def _pads_once(n, world_size, rank):
+    indices = list(range(n))
+    total = math.ceil(n / world_size) * world_size
+    indices += indices[:total - n]          # too short when the padding is longer than the dataset
+    return indices[rank::world_size]
+
+
 def _through_the_sampler(n, world_size, rank):
-    from torch.utils.data import DistributedSampler
     return list(DistributedSampler(range(n), num_replicas=world_size, rank=rank, shuffle=False))
+
+
+def _sampler_iter_on_a_namespace(n, world_size, rank):
+    from types import SimpleNamespace
+    per_rank = math.ceil(n / world_size)
+    fake = SimpleNamespace(dataset=range(n), num_replicas=world_size, rank=rank, shuffle=False, drop_last=False,
+                           seed=0, epoch=0, num_samples=per_rank, total_size=per_rank * world_size)
+    return list(DistributedSampler.__iter__(fake))
+
+
+def _sampler_by_new(n, world_size, rank):
+    sampler = object.__new__(DistributedSampler)
+    per_rank = math.ceil(n / world_size)
+    sampler.__dict__.update(dataset=range(n), num_replicas=world_size, rank=rank, shuffle=False, drop_last=False,
+                            seed=0, epoch=0, num_samples=per_rank, total_size=per_rank * world_size)
+    return list(sampler)
+
+
+_PREBUILT = DistributedSampler(range(1), num_replicas=1, rank=0, shuffle=False)
+
+
+def _sampler_copied(n, world_size, rank):
+    sampler = copy.copy(_PREBUILT)
+    per_rank = math.ceil(n / world_size)
+    sampler.dataset, sampler.num_replicas, sampler.rank = range(n), world_size, rank
+    sampler.num_samples, sampler.total_size = per_rank, per_rank * world_size
+    return list(sampler)
+
+
+class _OwnInitSampler(DistributedSampler):
+    def __init__(self, n, world_size, rank):   # no super().__init__: nothing is "built" the usual way
+        self.dataset, self.num_replicas, self.rank = range(n), world_size, rank
+        self.shuffle, self.drop_last, self.seed, self.epoch = False, False, 0, 0
+        self.num_samples = math.ceil(n / world_size)
+        self.total_size = self.num_samples * world_size
+
+
+def _sampler_subclass(n, world_size, rank):
+    return list(_OwnInitSampler(n, world_size, rank))
 
 
 def _is_contiguous(student, reference, args):
@@ -136,7 +203,14 @@ def _is_contiguous(student, reference, args):
 
 
 def _same_as_unpadded(student, reference, args):
-    return isinstance(student, list) and student == _no_padding(*args) and len(student) != len(reference)
+    # Where one copy of the indices does not reach this rank, no padding and padding once look alike:
+    # that case is named by the padding's own misconception.
+    return (isinstance(student, list) and student == _no_padding(*args) != _pads_once(*args)
+            and len(student) != len(reference))
+
+
+def _same_as_padded_once(student, reference, args):
+    return isinstance(student, list) and student == _pads_once(*args) != reference
 
 
 register(Exercise(
@@ -147,10 +221,11 @@ register(Exercise(
     inputs=_shard_inputs,
     method=no_distributed_sampler(),
     hints=(
-        "Compare with list(DistributedSampler(range(n), num_replicas=world_size, rank=rank, shuffle=False)).",
-        "Every rank gets the same number of indices, ceil(n / world_size): the list is padded by "
-        "repeating indices from its start.",
-        "After padding, rank r takes every world_size-th index starting at r: padded[rank::world_size].",
+        "Print `list(DistributedSampler(range(n), num_replicas=world_size, rank=rank, shuffle=False))` for a few "
+        "cases, fewer items than ranks among them, and compare with yours.",
+        "Every rank gets the same number of indices, ceil(n / world_size): the sampler pads the list of indices "
+        "by repeating it from its start, as often as needed.",
+        "After padding, the ranks are dealt the indices in turn, like cards.",
     ),
     misconceptions=(
         Misconception("contiguous",
@@ -162,46 +237,84 @@ register(Exercise(
                       "numbers of steps and one would wait for the others' all-reduce forever. The sampler "
                       "pads with indices from the start.",
                       _same_as_unpadded),
+        Misconception("padded_once",
+                      "With fewer items than ranks the padding is longer than the dataset: the sampler repeats "
+                      "the whole list of indices as many times as it takes, so a rank can get an index that "
+                      "one copy of the list does not reach.",
+                      _same_as_padded_once),
     ),
     wrong_answers=(
         WrongAnswer(_contiguous, expect="contiguous"),
         WrongAnswer(_no_padding, expect="no_padding"),
+        WrongAnswer(_pads_once, expect="padded_once", note="idx + idx[:pad]: wrong when pad > n"),
         WrongAnswer(_through_the_sampler, expect="used_sampler", note="the shortcut the prompt forbids"),
+        WrongAnswer(_sampler_iter_on_a_namespace, expect="used_sampler", note="its __iter__ on a namespace"),
+        WrongAnswer(_sampler_by_new, expect="used_sampler", note="object.__new__(DistributedSampler)"),
+        WrongAnswer(_sampler_copied, expect="used_sampler", note="copy.copy of a sampler built beforehand"),
+        WrongAnswer(_sampler_subclass, expect="used_sampler", note="a subclass whose __init__ skips super()"),
     ),
 ))
 
 
 # --- 08.no_sync_loop -------------------------------------------------------------------------
 
+# The check calls the answer on real gloo ranks (autograd_lab/labs/ddp_check.py): each rank wraps its
+# copy of the module in DDP, runs the answer on its own micro-batches and reports its forwards, its
+# backward passes, when DDP all-reduced and its final gradients.  Ranks that synchronised the wrong
+# micro-batch end with different gradients.
+
 def accumulate(model, micro_batches):
-    k = len(micro_batches)
-    for step, (x, y) in enumerate(micro_batches):
-        if step < k - 1:
-            with model.no_sync():                        # forward AND backward inside no_sync
-                (F.mse_loss(model(x), y) / k).backward()
-        else:
-            (F.mse_loss(model(x), y) / k).backward()     # the last backward all-reduces once
+    rows = sum(len(x) for x, _ in micro_batches)
+    *first, last = micro_batches
+    with model.no_sync():                                 # forward AND backward: no all-reduce
+        for x, y in first:
+            (F.mse_loss(model(x), y) * len(x) / rows).backward()
+    x, y = last
+    (F.mse_loss(model(x), y) * len(x) / rows).backward()  # this backward all-reduces, once
 
 
 def _no_sync_inputs(seed, hidden):
-    single_process_group()
-    generator = torch.Generator().manual_seed(seed)
-    k = 5 if hidden else 4
-    torch.manual_seed(seed)
-    module = nn.Linear(3, 2)
-    # A frozen parameter, not a buffer: DDP leaves it alone and the check compares parameters.
-    module.gradient_allreduces = nn.Parameter(torch.zeros((), dtype=torch.int64), requires_grad=False)
-    model = DDP(module)
-    model.register_comm_hook(None, counting_allreduce(lambda: module.gradient_allreduces.add_(1)))
-    batches = [(torch.randn(2, 3, generator=generator), torch.randn(2, 2, generator=generator))
-               for _ in range(k)]
-    return model, batches
+    g = generator(seed)
+    k = choose(seed, (3, 4, 2), hidden=hidden, hidden_choices=(5, 3, 4))
+    sizes = [int(s) for s in torch.randint(1, 5, (k,), generator=g)]
+    if len(set(sizes)) == 1:                              # uneven: the last micro-batch is smaller
+        sizes[-1] = sizes[-1] - 1 if sizes[-1] > 1 else sizes[-1] + 2
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        module = nn.Linear(3, 2)
+    micro_batches = [[(torch.randn(s, 3, generator=g), torch.randn(s, 2, generator=g)) for s in sizes]
+                     for _ in range(2)]                   # one list per rank, the same sizes on both
+    return module, micro_batches
+
+
+def _weighted_step(model, micro_batches, weights):
+    k = len(micro_batches)
+    for step, ((x, y), weight) in enumerate(zip(micro_batches, weights)):
+        if step < k - 1:
+            with model.no_sync():
+                (F.mse_loss(model(x), y) * weight).backward()
+        else:
+            (F.mse_loss(model(x), y) * weight).backward()
+
+
+def _divide_by_count(model, micro_batches):
+    """The notebook's loop, each loss / K: right only when the micro-batches have equal sizes."""
+    _weighted_step(model, micro_batches, [1 / len(micro_batches)] * len(micro_batches))
+
+
+def _no_division(model, micro_batches):
+    _weighted_step(model, micro_batches, [1.0] * len(micro_batches))
+
+
+def _shares(micro_batches):
+    rows = sum(len(x) for x, _ in micro_batches)
+    return [len(x) / rows for x, _ in micro_batches]
 
 
 def _forward_outside(model, micro_batches):
     k = len(micro_batches)
-    for step, (x, y) in enumerate(micro_batches):
-        loss = F.mse_loss(model(x), y) / k               # wrong: this forward prepares an all-reduce
+    for step, ((x, y), share) in enumerate(zip(micro_batches, _shares(micro_batches))):
+        loss = F.mse_loss(model(x), y) * share           # wrong: this forward prepares an all-reduce
         if step < k - 1:
             with model.no_sync():
                 loss.backward()
@@ -209,64 +322,204 @@ def _forward_outside(model, micro_batches):
             loss.backward()
 
 
-def _no_division(model, micro_batches):
-    k = len(micro_batches)
-    for step, (x, y) in enumerate(micro_batches):
-        if step < k - 1:
-            with model.no_sync():
-                F.mse_loss(model(x), y).backward()
-        else:
-            F.mse_loss(model(x), y).backward()
+def _forge_the_old_counter(model, micro_batches):
+    """No no_sync at all, then the round-1 forgery: set the old check's counting parameter to 1."""
+    for (x, y), share in zip(micro_batches, _shares(micro_batches)):
+        (F.mse_loss(model(x), y) * share).backward()
+    counter = getattr(model.module, "gradient_allreduces", None)
+    if counter is not None:
+        with torch.no_grad():
+            counter.fill_(1)
 
 
 def _never_synced(model, micro_batches):
     with model.no_sync():
-        for x, y in micro_batches:
-            (F.mse_loss(model(x), y) / len(micro_batches)).backward()
+        for (x, y), share in zip(micro_batches, _shares(micro_batches)):
+            (F.mse_loss(model(x), y) * share).backward()
 
 
-def _allreduces(run):
-    """How many gradient all-reduces the DDP model ran (its counting parameter, after the call)."""
-    return int(run.args_after[0]["module.gradient_allreduces"])
+def _averaged_by_hand(model, micro_batches):
+    _never_synced(model, micro_batches)
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= dist.get_world_size()
 
 
-def _synced_every_micro_batch(student, reference, args, *, student_run, reference_run):
-    return _allreduces(student_run) == len(args[1]) > _allreduces(reference_run)
+def _sync_first(model, micro_batches):
+    for step, ((x, y), share) in enumerate(zip(micro_batches, _shares(micro_batches))):
+        if step == 0:
+            (F.mse_loss(model(x), y) * share).backward()
+        else:
+            with model.no_sync():
+                (F.mse_loss(model(x), y) * share).backward()
 
 
-def _never_all_reduced(student, reference, args, *, student_run):
-    return _allreduces(student_run) == 0
+def _sync_middle(model, micro_batches):
+    middle = len(micro_batches) // 2
+    for step, ((x, y), share) in enumerate(zip(micro_batches, _shares(micro_batches))):
+        if step == middle:
+            (F.mse_loss(model(x), y) * share).backward()
+        else:
+            with model.no_sync():
+                (F.mse_loss(model(x), y) * share).backward()
+
+
+def _one_big_batch(model, micro_batches):
+    x = torch.cat([x for x, _ in micro_batches])
+    y = torch.cat([y for _, y in micro_batches])
+    F.mse_loss(model(x), y).backward()
+
+
+def _one_backward(model, micro_batches):
+    """A forward per micro-batch, but one backward of their sum: every micro-batch's graph kept alive at once."""
+    *first, last = micro_batches
+    shares = _shares(micro_batches)
+    with model.no_sync():
+        losses = [F.mse_loss(model(x), y) * share for (x, y), share in zip(first, shares)]
+    x, y = last
+    total = sum(losses) + F.mse_loss(model(x), y) * shares[-1]
+    total.backward()
+
+
+def _counts(student, key):
+    return student[key] if isinstance(student, dict) and isinstance(student.get(key), list) else None
+
+
+def _k(args):
+    return len(args[1][0])
+
+
+def _ranks_agree(student):
+    grads = _counts(student, "grads")
+    return bool(grads) and all(torch.allclose(grads[0][name], other[name], rtol=1e-4, atol=1e-6)
+                               for other in grads[1:] for name in grads[0] if grads[0][name] is not None)
+
+
+def _allreduced_every_micro_batch(student, reference, args):
+    synced = _counts(student, "allreduced_after_forward")
+    return synced is not None and _k(args) > 1 and all(len(s) == _k(args) for s in synced)
+
+
+def _never_all_reduced(student, reference, args):
+    synced = _counts(student, "allreduced_after_forward")
+    return synced is not None and all(len(s) == 0 for s in synced) and not _ranks_agree(student)
+
+
+def _averaged_outside_ddp(student, reference, args):
+    synced = _counts(student, "allreduced_after_forward")
+    return synced is not None and all(len(s) == 0 for s in synced) and _ranks_agree(student)
+
+
+def _allreduced_early(student, reference, args):
+    synced, rows = _counts(student, "allreduced_after_forward"), _counts(student, "forward_rows")
+    return (synced is not None and rows is not None and all(len(r) == _k(args) for r in rows)
+            and all(len(s) == 1 and s[0] < _k(args) for s in synced))
+
+
+def _fewer_forwards(student, reference, args):
+    rows = _counts(student, "forward_rows")
+    return rows is not None and all(0 < len(r) < _k(args) for r in rows)
+
+
+def _fewer_backwards(student, reference, args):
+    rows, passes = _counts(student, "forward_rows"), _counts(student, "backward_passes")
+    return (rows is not None and passes is not None and all(len(r) == _k(args) for r in rows)
+            and all(p < _k(args) for p in passes))
+
+
+def _grads_weighted(args, weights_of):
+    """The DDP gradient, computed in one process, had each rank weighted its micro-batches by ``weights_of``.
+
+    A detector sees the module as a dict of its parameters (the case's ``nn.Linear``).
+    """
+    parameters, per_rank = args
+    total = {name: torch.zeros_like(value) for name, value in parameters.items()}
+    for micro_batches in per_rank:
+        weight, bias = (parameters[name].detach().clone().requires_grad_() for name in ("weight", "bias"))
+        for (x, y), share in zip(micro_batches, weights_of(micro_batches)):
+            (F.mse_loss(F.linear(x, weight, bias), y) * share).backward()
+        for name, p in (("weight", weight), ("bias", bias)):
+            total[name] += p.grad / len(per_rank)
+    return total
+
+
+def _matches(student, expected):
+    grads = _counts(student, "grads")
+    return bool(grads) and all(torch.allclose(g[name], expected[name], rtol=1e-4, atol=1e-6)
+                               for g in grads for name in expected)
+
+
+def _weighted_by_count(student, reference, args):
+    return _matches(student, _grads_weighted(args, lambda batches: [1 / len(batches)] * len(batches)))
+
+
+def _not_divided(student, reference, args):
+    return _matches(student, _grads_weighted(args, lambda batches: [1.0] * len(batches)))
 
 
 register(Exercise(
     id="08.no_sync_loop",
-    title="Fix a no_sync accumulation loop",
+    title="Accumulate micro-batches of different sizes under DDP, synchronising once",
     answer_name="accumulate",
     reference=accumulate,
     inputs=_no_sync_inputs,
-    compare=("value", "args"),
-    modifies=("model",),               # the backward passes fill .grad; the comm hook counts all-reduces
+    call="autograd_lab.labs.ddp_check:on_ranks",   # the answer runs on 2 real gloo ranks
     hints=(
-        "The given loop computes the loss outside `with model.no_sync():`. DDP decides whether to "
-        "all-reduce when the forward runs.",
-        "Put the forward and the backward of every micro-batch but the last inside no_sync(); run the "
-        "last one normally so that its backward all-reduces once.",
-        "Divide each micro-batch loss by the number of micro-batches, so the sum is the batch mean.",
+        "Which call makes DDP decide that the next backward will all-reduce? The notebook measured it with three "
+        "variants of the loop.",
+        "Only one backward may all-reduce, and it must be the one that completes the local sum of all "
+        "micro-batches: any earlier one averages a partial sum, and the rest stays different on each rank.",
+        "Micro-batches of different sizes: a row of a small micro-batch must count as much as a row of a large "
+        "one. Dividing every loss by the number of micro-batches does not do that.",
     ),
     misconceptions=(
         Misconception("forward_outside_no_sync",
-                      "Your loop all-reduced after every micro-batch, not once: DDP decides whether the next "
-                      "backward will all-reduce when the forward runs, so the forward must be inside "
-                      "`with model.no_sync():` too, not only the backward.",
-                      _synced_every_micro_batch),
+                      "DDP all-reduced after every micro-batch, not once: DDP decides whether the next backward "
+                      "will all-reduce when the forward runs, so each forward of a micro-batch that must not "
+                      "synchronise belongs inside `no_sync()` too, not only its backward.",
+                      _allreduced_every_micro_batch),
         Misconception("never_synced",
-                      "Your loop never all-reduced: with every backward inside no_sync(), the ranks' gradients "
-                      "are never averaged and the replicas drift apart. Run the last micro-batch outside no_sync().",
+                      "DDP never all-reduced and the ranks ended with different gradients: with every backward "
+                      "inside `no_sync()`, the replicas would drift apart at the next step.",
                       _never_all_reduced),
+        Misconception("averaged_by_hand",
+                      "DDP never all-reduced: the gradients were averaged outside DDP (by `dist.all_reduce` on "
+                      "`.grad`). The exercise asks for DDP's own synchronisation, once, in the last backward.",
+                      _averaged_outside_ddp),
+        Misconception("synced_early",
+                      "DDP all-reduced once, but before the last micro-batch: that all-reduce averaged only the "
+                      "micro-batches seen so far, and what was accumulated after it stayed local, so the two "
+                      "ranks ended with different gradients.",
+                      _allreduced_early),
+        Misconception("one_big_batch",
+                      "The model ran fewer forwards than there are micro-batches: the micro-batches were joined "
+                      "into one batch, which is what accumulation exists to avoid (it would not fit in memory).",
+                      _fewer_forwards),
+        Misconception("one_backward",
+                      "One forward per micro-batch but fewer backward passes: the losses were added and "
+                      "backpropagated together, which keeps every micro-batch's graph in memory at once. Call "
+                      "backward once per micro-batch.",
+                      _fewer_backwards),
+        Misconception("weighted_by_count",
+                      "Each micro-batch counted equally, but they have different sizes: the result is not the "
+                      "mean over all rows. Weight each micro-batch's mean loss by its share of the rows.",
+                      _weighted_by_count),
+        Misconception("not_divided",
+                      "The micro-batch losses were added without weights: the result is a sum of means, larger "
+                      "than the mean over all rows. Weight each micro-batch's mean loss by its share of the rows.",
+                      _not_divided),
     ),
     wrong_answers=(
         WrongAnswer(_forward_outside, expect="forward_outside_no_sync"),
+        WrongAnswer(_forge_the_old_counter, expect="forward_outside_no_sync",
+                    note="no no_sync at all, and the round-1 forgery of the old count buffer"),
         WrongAnswer(_never_synced, expect="never_synced"),
-        WrongAnswer(_no_division, expect="scaled"),
+        WrongAnswer(_averaged_by_hand, expect="averaged_by_hand"),
+        WrongAnswer(_sync_first, expect="synced_early", note="issue 20: ranks disagree"),
+        WrongAnswer(_sync_middle, expect="synced_early"),
+        WrongAnswer(_one_big_batch, expect="one_big_batch", note="issue 20: no accumulation, no no_sync"),
+        WrongAnswer(_one_backward, expect="one_backward"),
+        WrongAnswer(_divide_by_count, expect="weighted_by_count", note="the notebook's / K: right for equal sizes"),
+        WrongAnswer(_no_division, expect="not_divided"),
     ),
 ))

@@ -213,8 +213,6 @@ HINTS_GIVE_IT_AWAY = {  # measured at the engine's commit; owners rewrite, then 
     "04.sgd_step": "holds 100% of the reference's token trigrams; restates `p.sub_(lr * p.grad)`; restates `with torch.no_grad():`",
     "04.squash": "holds 80% of the reference's token trigrams",
     "07.nan_source": "restates `f(x).backward()`",
-    "08.grad_scale": "states the key's '6'",
-    "08.no_sync_loop": "restates `with model.no_sync():`",
 }
 
 
