@@ -1,23 +1,27 @@
-"""Exercises of notebook 07 (debugging): diagnose broken loops, optimizer coverage, the NaN source."""
+"""Exercises of notebook 07 (debugging): diagnose broken loops, optimizer coverage, where a gradient goes non-finite."""
 
-import re
+import warnings
 
 import torch
 import torch.nn as nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from autograd_lab.checking import Exercise, Misconception, WrongAnswer, claims, register
+from autograd_lab.checking import Exercise, Misconception, WrongAnswer, backward_calls, claims, register
+from autograd_lab.checking.variation import choose, generator, renamed_sequential
+from autograd_lab.labs.nonfinite import Expression
 from autograd_lab_solutions._notebook import notebook_definitions
 
 # --- 07.diagnose ------------------------------------------------------------------
 
-DIAGNOSIS = {"A": "zero_grad_after_backward", "B": "graph_cut", "C": "missing_from_optimizer"}
+DIAGNOSIS = {"A": "missing_from_optimizer", "B": "graph_cut", "C": "no_zero_grad"}
+CAUSES = ("no_zero_grad", "zero_grad_after_backward", "graph_cut", "frozen_parameter", "missing_from_optimizer",
+          "learning_rate_too_small")
 
 
 def diagnosis():
-    # A: zero_grad() sits between backward() and step(), so step() sees no gradient.
-    # B: torch.tensor(pred) copies the prediction out of the graph: .grad stays None.
-    # C: the optimizer was built over model[0] only: the last layer never moves.
+    # A: the head is replaced after the optimizer was built: the new head's parameters are in no param group.
+    # B: the first layer runs under torch.no_grad(): backward never reaches it (its .grad stays None).
+    # C: zero_grad() runs only when step % 10 == 0: from the third step on, step() sees two steps' gradients.
     return dict(DIAGNOSIS)
 
 
@@ -27,47 +31,61 @@ def _diagnose_experiment():
     return {name: _observed_cause(loops, f"loop_{name.lower()}") for name in "ABC"}
 
 
-def _observed_cause(namespace, loop_name):
-    """Watch one loop: which gradients arrive, what step() sees, which weights move."""
-    models, arrived, at_step = [], {}, []
-    make_model = namespace["make_model"]
+class _Watch:
+    """What one loop did at each optimizer step: the parameters, what the optimizer held, what backward sent."""
 
-    def watched_model():
-        model = make_model()
-        for p in model.parameters():
-            if p.requires_grad:
-                p.register_hook(lambda grad, p=p: arrived.__setitem__(p, grad.clone()))
-        models.append(model)
+    def __init__(self):
+        self.models, self.steps, self.incoming, self.hooked = [], [], {}, set()
+
+    def model_made(self, model):
+        self.models.append(model)
         return model
 
-    def before_step(optimizer, args, kwargs):
-        held = {p for group in optimizer.param_groups for p in group["params"]}
-        at_step.append({p: (p.grad.clone() if p.grad is not None else None) for p in held})
+    def before_step(self, optimizer, args, kwargs):
+        model = self.models[-1]
+        held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        self.steps.append([(p, id(p) in held, None if p.grad is None else p.grad.clone(), self.incoming.pop(id(p), None))
+                           for p in model.parameters()])
+        for p in model.parameters():          # a layer replaced since the last step gets its hook now
+            if p.requires_grad and id(p) not in self.hooked:
+                self.hooked.add(id(p))
+                p.register_hook(lambda grad, key=id(p): self._arrived(key, grad))
 
-    namespace["make_model"] = watched_model
-    hook = register_optimizer_step_pre_hook(before_step)
+    def _arrived(self, key, grad):
+        self.incoming[key] = self.incoming.get(key, 0) + grad.detach().clone()
+
+
+def _observed_cause(namespace, loop_name):
+    watch, make_model = _Watch(), namespace["make_model"]
+    namespace["make_model"] = lambda: watch.model_made(make_model())
+    hook = register_optimizer_step_pre_hook(watch.before_step)
     try:
         namespace[loop_name]()
     finally:
         hook.remove()
         namespace["make_model"] = make_model
-    return _cause(list(models[0].parameters()), make_model(), arrived, at_step[-1])
+    return _cause(watch.steps, list(watch.models[0].parameters()), make_model())
 
 
-def _cause(params, initial, arrived, seen_by_step):
+def _cause(steps, params, initial):
     if any(not p.requires_grad for p in params):
         return "frozen_parameter"
-    if not arrived:
-        return "graph_cut"                      # backward never reached a weight
-    if any(p not in seen_by_step for p in params):
+    if any(not held for p, held, _, _ in steps[-1]):
         return "missing_from_optimizer"
-    grads = list(seen_by_step.values())
-    if all(g is None or not g.any() for g in grads):
-        return "zero_grad_after_backward"       # gradients arrived, step() saw none
-    if any(not torch.equal(seen_by_step[p], arrived[p]) for p in params):
-        return "no_zero_grad"                   # step() saw more than the last backward gave
+    if any(all(grad is None for _, grad, _ in _column(steps, p)) for p in params):
+        return "graph_cut"                                  # backward never reached this parameter
+    for step in steps[1:]:                                  # the first step's gradients arrived before any hook
+        for p, held, grad, arrived in step:
+            if arrived is not None and (grad is None or not grad.any()):
+                return "zero_grad_after_backward"           # gradients arrived, step() saw none
+            if arrived is not None and not torch.allclose(grad, arrived):
+                return "no_zero_grad"                       # step() saw more than this step's backward sent
     moved = max(((p - q).abs().max() / q.abs().max()).item() for p, q in zip(params, initial.parameters()))
     return "learning_rate_too_small" if moved < 1e-4 else "healthy"
+
+
+def _column(steps, p):
+    return [(held, grad, arrived) for step in steps for q, held, grad, arrived in step if q is p]
 
 
 register(Exercise(
@@ -79,30 +97,36 @@ register(Exercise(
     experiment=_diagnose_experiment,
     solution_code=f"diagnosis = {DIAGNOSIS!r}",
     hints=(
-        "Run the triage checks of this notebook on each loop: is .grad None, is it zero at step(), "
-        "which parameters does the optimizer hold?",
-        "Loop A calls zero_grad() every step: look at where. Loop B builds its loss from torch.tensor(...). "
-        "Loop C builds its optimizer from part of the model.",
+        "Run each loop, then apply this lab's checks to it: requires_grad of every parameter, which .grad are "
+        "None after backward, which tensors the optimizer holds, what step() sees, and how far each parameter moved.",
+        "A loop written as a step function can be audited (`audit_step`); to see what step() sees, register "
+        "`optimizer.register_step_pre_hook` or print the gradients just before step(). The loops differ from the "
+        "ones shown above: measure, do not match the code by eye.",
     ),
     misconceptions=(
-        Misconception("missing_zero_grad",
-                      "Loop A does call zero_grad(): the bug is where. Between backward() and step() it "
-                      "clears the gradient that step() needed, so the weights never move.",
-                      claims("A", "no_zero_grad")),
-        Misconception("frozen_not_cut",
-                      "Loop B freezes nothing: torch.tensor(pred) copies the prediction into a new leaf "
-                      "with no history, so backward never reaches the model (.grad stays None).",
-                      claims("B", "frozen_parameter")),
         Misconception("learning_rate",
-                      "Loop C's learning rate is fine for the first layer, which moves; the last layer is "
-                      "not in the optimizer's param groups, so step() never touches it.",
-                      claims("C", "learning_rate_too_small")),
+                      "Loop A's learning rate is the healthy loop's. A learning rate that is too small moves every "
+                      "parameter a little: measure each parameter's update ratio over one step; a ratio of exactly 0 "
+                      "has another cause.",
+                      claims("A", "learning_rate_too_small")),
+        Misconception("frozen_not_cut",
+                      "Frozen means requires_grad=False: print requires_grad for every parameter of loop B's model. "
+                      "Then look at which .grad are None after its backward.",
+                      claims("B", "frozen_parameter")),
+        Misconception("gradients_present",
+                      "In loop C, step() does receive non-zero gradients: print them just before step(). Then compare "
+                      "them with the gradient of that step's loss alone (torch.autograd.grad gives it without "
+                      "touching .grad).",
+                      claims("C", "zero_grad_after_backward")),
     ),
     wrong_answers=(
-        WrongAnswer(dict(DIAGNOSIS, A="no_zero_grad"), expect="missing_zero_grad"),
+        WrongAnswer(dict(DIAGNOSIS, A="learning_rate_too_small"), expect="learning_rate"),
         WrongAnswer(dict(DIAGNOSIS, B="frozen_parameter"), expect="frozen_not_cut"),
-        WrongAnswer(dict(DIAGNOSIS, C="learning_rate_too_small"), expect="learning_rate"),
+        WrongAnswer(dict(DIAGNOSIS, C="zero_grad_after_backward"), expect="gradients_present"),
+        WrongAnswer(dict(DIAGNOSIS, C="graph_cut"), expect="wrong_value", note="a plain wrong entry: no diagnosis"),
         WrongAnswer({"A": DIAGNOSIS["A"], "B": DIAGNOSIS["B"]}, expect="structure", note="loop C missing"),
+        WrongAnswer({key.lower(): value for key, value in DIAGNOSIS.items()}, expect="structure", note="keys a, b, c"),
+        WrongAnswer(list(DIAGNOSIS.values()), expect="structure", note="a list, not a dict"),
     ),
 ))
 
@@ -122,17 +146,23 @@ def coverage(model, optimizer):
 
 
 def _coverage_inputs(seed, hidden):
-    generator = torch.Generator().manual_seed(seed)
-    sizes = [3, 5, 4, 2, 1] if hidden else [3, 4, 2, 1]
-    model = nn.Sequential(*[nn.Linear(a, b) for a, b in zip(sizes, sizes[1:])])
-    left_out, frozen_inside = torch.randperm(len(model), generator=generator)[:2].tolist()
-    model[left_out].bias.requires_grad_(False)       # frozen and not optimised: fine
+    g = generator(seed)
+    sizes = choose(seed, ([3, 4, 2, 1], [2, 5, 3], [4, 3, 3, 2, 1]), hidden=hidden,
+                   hidden_choices=([3, 5, 4, 2, 1], [5, 2, 4], [2, 3, 4, 5, 1, 2]))
+    model = renamed_sequential(seed, [nn.Linear(a, b) for a, b in zip(sizes, sizes[1:])])
+    left_out, frozen_inside = torch.randperm(len(model), generator=g)[:2].tolist()
+    model[left_out].bias.requires_grad_(False)         # frozen and not optimised: fine
     model[frozen_inside].weight.requires_grad_(False)  # frozen but optimised: reported
     params = [p for i, layer in enumerate(model) if i != left_out for p in layer.parameters()]
-    optimizer = torch.optim.SGD(params, lr=0.1)
+    groups = [{"params": params[:2]}, {"params": params[2:], "lr": 0.01}]     # two param groups
+    optimizer = torch.optim.SGD(groups, lr=0.1)
     if seed % 3 != 2:                                # a layer replaced after the optimizer was built
-        replaced = next(i for i in torch.randperm(len(model), generator=generator).tolist() if i != left_out)
-        model[replaced] = nn.Linear(model[replaced].in_features, model[replaced].out_features)
+        replaced = next(i for i in torch.randperm(len(model), generator=g).tolist() if i != left_out)
+        name, old = list(model._modules)[replaced], model[replaced]
+        new = nn.Linear(old.in_features, old.out_features)
+        if seed % 3 == 0:                            # re-created with the same numbers: equal values, other tensors
+            new.load_state_dict(old.state_dict())
+        setattr(model, name, new)
     return model, optimizer
 
 
@@ -177,6 +207,50 @@ def _membership_by_value(model, optimizer):
             "stale": _stale_count(model, optimizer)}
 
 
+def _equal_values(model, optimizer):
+    # Compares values instead of identity: a layer re-created with the same numbers looks held.
+    held = [p for group in optimizer.param_groups for p in group["params"]]
+    named = list(model.named_parameters())
+    in_optimizer = lambda p: any(torch.equal(p, q) for q in held)
+    return {"missing": [name for name, p in named if p.requires_grad and not in_optimizer(p)],
+            "frozen": [name for name, p in named if not p.requires_grad and in_optimizer(p)],
+            "stale": sum(1 for q in held if not any(torch.equal(p, q) for _, p in named))}
+
+
+def _first_group_only(model, optimizer):
+    optimised = {id(p) for p in optimizer.param_groups[0]["params"]}
+    named = list(model.named_parameters())
+    return {"missing": [name for name, p in named if p.requires_grad and id(p) not in optimised],
+            "frozen": [name for name, p in named if not p.requires_grad and id(p) in optimised],
+            "stale": _stale_count(model, optimizer)}
+
+
+def _sorted_names(model, optimizer):
+    found = coverage(model, optimizer)
+    return dict(found, missing=sorted(found["missing"], reverse=True), frozen=sorted(found["frozen"], reverse=True))
+
+
+def _optimizer_state(model, optimizer):
+    # optimizer.state is empty until the first step(): every trainable parameter looks missing.
+    optimised = {id(p) for p in optimizer.state}
+    named = list(model.named_parameters())
+    return {"missing": [name for name, p in named if p.requires_grad and id(p) not in optimised],
+            "frozen": [name for name, p in named if not p.requires_grad and id(p) in optimised], "stale": 0}
+
+
+def _repairs_the_model(model, optimizer):
+    found = coverage(model, optimizer)
+    for p in model.parameters():                  # "helpfully" unfreezes what it reported
+        p.requires_grad_(True)
+    return found
+
+
+def _repairs_the_optimizer(model, optimizer):
+    found = coverage(model, optimizer)
+    optimizer.param_groups[0]["params"] = [p for p in model.parameters() if p.requires_grad]
+    return found
+
+
 def _lists(student):
     return isinstance(student, dict) and set(student) == {"missing", "frozen", "stale"}
 
@@ -185,14 +259,27 @@ def _ignores_groups(student, reference, args):
     return _lists(student) and student["missing"] == [] and reference["missing"] != []
 
 
-def _frozen_as_missing(student, reference, args):
-    return (_lists(student) and student["frozen"] == reference["frozen"]
-            and set(student["missing"]) > set(reference["missing"]))
+def _too_many_missing(student, reference, args):
+    return _lists(student) and set(student["missing"]) > set(reference["missing"])
 
 
 def _stale_ignored(student, reference, args):
     return (_lists(student) and student["missing"] == reference["missing"]
             and student["frozen"] == reference["frozen"] and student["stale"] == 0 and reference["stale"] > 0)
+
+
+def _other_order(student, reference, args):
+    return (_lists(student) and (student["missing"], student["frozen"]) != (reference["missing"], reference["frozen"])
+            and sorted(student["missing"]) == sorted(reference["missing"])
+            and sorted(student["frozen"]) == sorted(reference["frozen"]))
+
+
+def _compared_by_value(student, reference, args, *, student_run):
+    error = student_run.error or ""
+    if "Boolean value of Tensor with more than one value" in error or "The size of tensor a" in error:
+        return True                                   # `p in list` raised
+    return (_lists(student) and set(student["missing"]) < set(reference["missing"])
+            and student["stale"] < reference["stale"])   # a re-created layer with equal values looked held
 
 
 register(Exercise(
@@ -202,35 +289,54 @@ register(Exercise(
     reference=coverage,
     inputs=_coverage_inputs,
     hints=(
-        "Collect the tensors of every group: [p for group in optimizer.param_groups for p in group['params']].",
-        "Compare tensors by identity (id(p)); `p in some_list` compares values, and raises or is silently "
-        "wrong for tensors.",
-        "missing: requires_grad and not in the optimizer. frozen: not requires_grad and in the optimizer. "
-        "stale: tensors of the optimizer whose id is not the id of any parameter of the model.",
+        "The tensors an optimizer updates are listed in `optimizer.param_groups`, a list of dicts; each dict's "
+        "'params' entry is a list of tensors. Every group counts.",
+        "Two tensors can hold the same numbers and still be different parameters: compare them by identity. "
+        "`p in some_list` compares values, and raises or is silently wrong for tensors.",
+        "Report, do not repair: the caller's model and optimizer must come back unchanged.",
     ),
     misconceptions=(
+        Misconception("compared_by_value",
+                      "Your function compares tensors by their values. `p in some_list` and `p == q` compare "
+                      "element by element, which raises for several elements or different shapes, and "
+                      "`torch.equal` calls a layer re-created with the same numbers the same parameter, though "
+                      "the optimizer does not hold it. Compare parameters by identity: `id(p)`, or `p is q`.",
+                      _compared_by_value),
         Misconception("ignores_param_groups",
                       "Your 'missing' list is empty, but some trainable parameters are in no param group: "
                       "look at optimizer.param_groups, not only at requires_grad.",
                       _ignores_groups),
-        Misconception("frozen_counted_missing",
-                      "A frozen parameter (requires_grad=False) that the optimizer does not hold is not "
-                      "missing: it is not meant to train. Only trainable parameters can be missing.",
-                      _frozen_as_missing),
+        Misconception("too_many_missing",
+                      "Your 'missing' list names parameters that are not missing. A parameter is missing when it "
+                      "requires grad and no param group holds it: a frozen parameter (requires_grad=False) outside "
+                      "the optimizer is not meant to train; an optimizer can have several param groups (read every "
+                      "one); and optimizer.state stays empty until the first step(), so it does not say which "
+                      "tensors are optimised.",
+                      _too_many_missing),
         Misconception("stale_ignored",
                       "Your 'missing' and 'frozen' lists are right, but 'stale' is 0 while the optimizer holds "
                       "tensors that are no longer parameters of the model (a layer was replaced after the "
-                      "optimizer was built). Count the tensors of the param groups whose id is not the id of "
-                      "a parameter of the model.",
+                      "optimizer was built). Count the tensors of the param groups that are not parameters of the "
+                      "model.",
                       _stale_ignored),
+        Misconception("name_order",
+                      "Your lists name the right parameters in another order: list them in the order of "
+                      "model.named_parameters().",
+                      _other_order),
     ),
     wrong_answers=(
         WrongAnswer(_by_requires_grad_only, expect="ignores_param_groups"),
-        WrongAnswer(_frozen_counted_missing, expect="frozen_counted_missing"),
-        WrongAnswer(_membership_by_value, expect="error", note="`p in list` compares values"),
+        WrongAnswer(_frozen_counted_missing, expect="too_many_missing", note="frozen counted as missing"),
+        WrongAnswer(_membership_by_value, expect="error", note="`p in list` compares values: the error names it (compared_by_value)"),
+        WrongAnswer(_equal_values, expect="compared_by_value", note="torch.equal: values, not identity"),
         WrongAnswer(_package_only, expect="stale_ignored", note="optimizer_coverage, stale left at 0"),
         WrongAnswer(_package_without_stale, expect="structure", note="optimizer_coverage alone: no 'stale'"),
         WrongAnswer(_stale_layers, expect="wrong_value", note="near miss: layers counted, not tensors"),
+        WrongAnswer(_sorted_names, expect="name_order"),
+        WrongAnswer(_first_group_only, expect="too_many_missing", note="only param_groups[0]"),
+        WrongAnswer(_optimizer_state, expect="too_many_missing", note="optimizer.state before any step"),
+        WrongAnswer(_repairs_the_model, expect="modified_input", note="unfreezes the caller's parameters"),
+        WrongAnswer(_repairs_the_optimizer, expect="modified_input", note="rewrites the caller's param groups"),
     ),
 ))
 
@@ -239,89 +345,240 @@ register(Exercise(
 
 def nan_source(f, x):
     x = x.detach().clone().requires_grad_()
-    try:
-        with torch.autograd.detect_anomaly(check_nan=True):
-            f(x).backward()
-    except RuntimeError as error:
-        # "Function 'DivBackward0' returned nan values in its 1th output."
-        return str(error).split("'")[1]
-    return None
+    out = f(x)
+    found = []
+
+    def watch(node):
+        def hook(grad_inputs, grad_outputs):        # what the node computed, in the order backward runs them
+            if not found and any(g is not None and not torch.isfinite(g).all() for g in grad_inputs):
+                found.append(type(node).__name__)
+        return hook
+
+    seen, stack = set(), [out.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        node.register_hook(watch(node))
+        stack.extend(child for child, _ in node.next_functions)
+    out.backward()
+    return found[0] if found else None
 
 
-def _norm_of(x):
-    return torch.sqrt((x ** 2).sum())
-
-
-def _ratio_of(x):
-    return (x / x).sum()
-
-
-_CASES = (_norm_of, _ratio_of, _norm_of, _ratio_of)
+# Public cases catch every shortcut below; hidden cases use other traps and other shapes.
+_PUBLIC = (
+    (("scale", "square", "sum", "sqrt", "tanh"), "zeros"),     # sqrt's inf comes before the NaN anomaly mode names
+    (("x_log_x", "sum"), "some zeros"),                         # the product's inf comes before log's NaN
+    (("sqrt", "mean", "exp"), "some zeros"),                    # only an inf: anomaly mode names nothing
+    (("scale", "tanh", "sum"), "any"),                          # finite: None
+)
+_HIDDEN = (
+    (("square", "log", "sum"), "zeros"),
+    (("safe_sqrt", "sum", "scale"), "some negative"),
+    (("scale", "ratio", "mean"), "some zeros"),
+    (("square", "mean", "sqrt", "exp"), "zeros"),
+    (("shift", "log", "mean", "exp"), "some below -0.5"),
+    (("shift", "exp", "sum"), "any"),
+)
 
 
 def _nan_source_inputs(seed, hidden):
-    generator = torch.Generator().manual_seed(seed)
-    f = _CASES[seed % len(_CASES)]
-    x = torch.randn(5 if hidden else 3, generator=generator)
-    if f is _norm_of:
-        x = torch.zeros_like(x)          # the norm of a zero vector: sqrt at 0
-    else:
-        x[0] = 0.0                       # one 0 / 0
-    return f, x
+    g = generator(seed)
+    steps, values = choose(seed, _PUBLIC, hidden=hidden, hidden_choices=_HIDDEN)
+    size = choose(seed, (3, 5, 4, 6), hidden=hidden, hidden_choices=(7, 2, 8))
+    x = torch.randn(size, generator=g)
+    position = int(torch.randint(size, (), generator=g))
+    if values == "zeros":
+        x = torch.zeros(size)
+    elif values == "some zeros":
+        x = x.abs()
+        x[position] = 0.0
+    elif values == "some negative":
+        x[position] = -x[position].abs() - 0.1
+    elif values == "some below -0.5":
+        x = x.abs()
+        x[position] = -0.5                              # log(0) after the shift
+    return Expression(*steps), x
 
 
-def _forward_check(f, x):
-    # Wrong: looks only at the forward value, which is finite for sqrt at 0.
-    return "forward" if not torch.isfinite(f(x)).all() else None
+def _leaf(x):
+    return x.detach().clone().requires_grad_()
 
 
-def _last_op_of_forward(f, x):
-    x = x.detach().clone().requires_grad_()
-    return type(f(x).grad_fn).__name__
-
-
-def _always_none(f, x):
+def _anomaly_names(f, x):
+    """The node anomaly mode names: the first whose output holds a NaN (an inf passes)."""
+    x = _leaf(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            with torch.autograd.detect_anomaly():
+                f(x).backward()
+        except RuntimeError as error:
+            return str(error).split("'")[1]
     return None
 
 
-def _blames_forward(student, reference, args):
-    return student is None or student == "forward"
+def _nan_only(f, x):
+    # Hooks on every node, but looking for NaN only: the same node as anomaly mode.
+    x = _leaf(x)
+    out = f(x)
+    found = []
+    stack, seen = [out.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        node.register_hook(lambda grads, _, node=node: found.append(type(node).__name__)
+                           if any(g is not None and torch.isnan(g).any() for g in grads) else None)
+        stack.extend(child for child, _ in node.next_functions)
+    out.backward()
+    return found[0] if found else None
 
 
-def _names_another_node(student, reference, args):
-    return isinstance(student, str) and re.fullmatch(r"\w+Backward\d*", student) is not None
+def _pre_hooks(f, x):
+    # A pre-hook sees the gradient a node receives: it names the node after the one that made it.
+    x = _leaf(x)
+    out = f(x)
+    found = []
+    stack, seen = [out.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        node.register_prehook(lambda grads, node=node: found.append(type(node).__name__)
+                              if any(g is not None and not torch.isfinite(g).all() for g in grads) else None)
+        stack.extend(child for child, _ in node.next_functions)
+    out.backward()
+    return found[0] if found else None
+
+
+def _last_op(f, x):
+    # One backward; when x.grad is not finite, blames the output's own node.
+    x = _leaf(x)
+    out = f(x)
+    out.backward()
+    return None if torch.isfinite(x.grad).all() else type(out.grad_fn).__name__
+
+
+def _first_op(f, x):
+    # One backward; when x.grad is not finite, blames the node that consumed x.
+    x = _leaf(x)
+    out = f(x)
+    out.backward()
+    if torch.isfinite(x.grad).all():
+        return None
+    stack, seen = [out.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if any(type(child).__name__ == "AccumulateGrad" for child, _ in node.next_functions):
+            return type(node).__name__
+        stack.extend(child for child, _ in node.next_functions)
+    return None
+
+
+def _forward_check(f, x):
+    return "forward" if not torch.isfinite(f(x)).all() else None
+
+
+def _known_answers(f, x):
+    # A name looked up from the public cases, no backward: what a hard-coded answer does.
+    return {"Expression('scale', 'square', 'sum', 'sqrt', 'tanh')": "SqrtBackward0",
+            "Expression('x_log_x', 'sum')": "MulBackward0",
+            "Expression('sqrt', 'mean', 'exp')": "SqrtBackward0"}.get(repr(f))
+
+
+def _caller_x(f, x):
+    x.requires_grad_()                          # no leaf of its own: the caller's x now requires grad
+    return nan_source(f, x)
+
+
+def _two_passes(f, x):
+    # One backward to see whether x.grad is finite, a second with hooks: the prompt asks for one pass.
+    leaf = _leaf(x)
+    f(leaf).backward()
+    return nan_source(f, x) if not torch.isfinite(leaf.grad).all() else None
+
+
+def _no_leaf(f, x):
+    try:
+        f(x).backward()
+    except RuntimeError:
+        return None
+    return None
+
+
+def _case(args):
+    f, x = args
+    return Expression.parse(f) if isinstance(f, str) else f, x
+
+
+def _same_as(variant):
+    def detect(student, reference, args):
+        f, x = _case(args)
+        return student is not None and student != reference and student == variant(f, x)
+    return detect
+
+
+def _named_nothing(student, reference, args):
+    return student is None and reference is not None
 
 
 register(Exercise(
     id="07.nan_source",
-    title="Locate the op whose backward produced NaN",
+    title="Find the backward node where a gradient first goes non-finite",
     answer_name="nan_source",
     reference=nan_source,
     inputs=_nan_source_inputs,
-    public_seeds=(0, 1, 2),
-    hidden_seeds=(101, 102, 103),
+    public_seeds=(0, 1, 2, 3),
+    hidden_seeds=(101, 102, 103, 104, 105, 106),
+    method=backward_calls(1, name="one backward pass through f(x)"),
     hints=(
-        "Run f(x).backward() inside `with torch.autograd.detect_anomaly():` on a leaf copy of x.",
-        "Anomaly mode raises RuntimeError: \"Function 'XBackward0' returned nan values in its ...th output.\" "
-        "Catch it and return the name between the first pair of quotes.",
+        "Backward runs the nodes of the graph one after another. A hook on a node (`node.register_hook`) is "
+        "called with what that node just computed; reach every node from the output's `grad_fn` through "
+        "`next_functions`.",
+        "Non-finite means NaN or inf. The first node in backward's order is the one whose hook fires first.",
+        "The caller's x must come back untouched.",
     ),
     misconceptions=(
-        Misconception("forward_only",
-                      "Backward does produce NaN in this case, and a look at the forward value cannot "
-                      "tell where: it can be finite while backward makes NaN (sqrt at 0 has an infinite "
-                      "slope; 0 * inf is NaN). Run backward under torch.autograd.detect_anomaly() and "
-                      "return the name it raises with.",
-                      _blames_forward),
-        Misconception("wrong_node",
-                      "You named a backward node, but not the one that produced the NaN. The last op of the "
-                      "forward is where backward starts, and the node that makes an inf is not always the one "
-                      "that makes the NaN (sqrt at 0 gives inf; a later node's 0 * inf gives NaN). Let "
-                      "detect_anomaly(check_nan=True) name it: return the name from its error message.",
-                      _names_another_node),
+        Misconception("named_nothing",
+                      "Backward does produce a non-finite gradient here, and your function returned None. If it "
+                      "looked only at the forward value, or only for NaN, or caught an error and returned None, "
+                      "that hides it: hook every node of the graph and look at what each one computed.",
+                      _named_nothing),
+        Misconception("nan_only",
+                      "You named the first node that produced a NaN, as anomaly mode does. Here a gradient became "
+                      "infinite earlier (an inf turns into NaN a node or two later, as 0 * inf), and anomaly mode "
+                      "does not report an inf: look for any non-finite value.",
+                      _same_as(_anomaly_names)),
+        Misconception("received_not_produced",
+                      "You named a node that received a non-finite gradient: the node before it in backward's "
+                      "order produced it. A pre-hook sees what a node receives; a hook sees what it computed.",
+                      _same_as(_pre_hooks)),
+        Misconception("last_op",
+                      "You named the node where backward starts (the output's grad_fn). Backward goes on through "
+                      "the whole graph, and the gradient goes non-finite further down.",
+                      _same_as(_last_op)),
+        Misconception("first_op",
+                      "You named the node next to x, where backward ends. The gradient went non-finite earlier in "
+                      "backward's order, deeper in the expression.",
+                      _same_as(_first_op)),
     ),
     wrong_answers=(
-        WrongAnswer(_forward_check, expect="forward_only"),
-        WrongAnswer(_always_none, expect="forward_only"),
-        WrongAnswer(_last_op_of_forward, expect="wrong_node", note="the last op of forward, not the culprit"),
+        WrongAnswer(_anomaly_names, expect="nan_only", note="anomaly mode: NaN only"),
+        WrongAnswer(_nan_only, expect="nan_only", note="node hooks that test isnan"),
+        WrongAnswer(_pre_hooks, expect="received_not_produced"),
+        WrongAnswer(_last_op, expect="last_op"),
+        WrongAnswer(_first_op, expect="first_op"),
+        WrongAnswer(_forward_check, expect="backward_calls", note="looks at the forward value, runs no backward"),
+        WrongAnswer(_known_answers, expect="backward_calls", note="the public cases' names typed, no backward"),
+        WrongAnswer(_two_passes, expect="backward_calls", note="two backward passes"),
+        WrongAnswer(_caller_x, expect="modified_input"),
+        WrongAnswer(_no_leaf, expect="named_nothing", note="no leaf that requires grad; the error swallowed"),
     ),
 ))

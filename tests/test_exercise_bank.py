@@ -212,7 +212,6 @@ HINTS_GIVE_IT_AWAY = {  # measured at the engine's commit; owners rewrite, then 
     "04.copy_choice": "states the key's 'detach'; states the key's 'detach().clone()'",
     "04.sgd_step": "holds 100% of the reference's token trigrams; restates `p.sub_(lr * p.grad)`; restates `with torch.no_grad():`",
     "04.squash": "holds 80% of the reference's token trigrams",
-    "07.nan_source": "restates `f(x).backward()`",
 }
 
 

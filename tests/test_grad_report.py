@@ -66,7 +66,7 @@ def test_bad_arguments_get_errors_that_say_what_to_pass():
         audit_step(_model(), torch.optim.SGD(_model().parameters(), lr=0.1), None)
 
 
-def _loop(order, *, eval_mode=False, clip=False):
+def _loop(order, *, eval_mode=False, clip_at=None, set_to_none=True, micro_batches=1):
     model = _model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = _data()
@@ -76,31 +76,98 @@ def _loop(order, *, eval_mode=False, clip=False):
     def train_step():
         for action in order:
             if action == "zero_grad":
-                optimizer.zero_grad()
+                optimizer.zero_grad(set_to_none=set_to_none)
             elif action == "backward":
-                F.mse_loss(model(x), y).backward()
-                if clip:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.01)
+                for rows in x.chunk(micro_batches):
+                    F.mse_loss(model(rows), y[:len(rows)]).div(micro_batches).backward()
+            elif action == "clip":
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 0.01)
             else:
                 optimizer.step()
     return model, optimizer, train_step
 
 
 def _problems(*args, **kwargs):
-    return [p for p in audit_step(*_loop(*args, **kwargs)) if not p.startswith("note:")]
+    return audit_step(*_loop(*args, **kwargs))
 
 
-def test_a_correct_loop_has_no_problems_and_clipping_is_seen():
-    assert audit_step(*_loop(["zero_grad", "backward", "step"], clip=True)) == []
+def test_a_correct_loop_has_no_problems_with_or_without_clipping():
+    assert _problems(["zero_grad", "backward", "clip", "step"]) == []
     assert _problems(["zero_grad", "backward", "step"]) == []
+    assert _problems(["backward", "step", "zero_grad"]) == []        # zero_grad at the end: the same loop
+
+
+def test_gradient_accumulation_over_micro_batches_is_not_a_bug():
+    assert _problems(["zero_grad", "backward", "clip", "step"], micro_batches=4) == []
+    assert any("accumulated across iterations" in p for p in _problems(["backward", "step"], micro_batches=4))
 
 
 def test_the_audit_finds_each_broken_loop():
     assert any("accumulated across iterations" in p for p in _problems(["backward", "step"]))
     assert any("between backward() and step()" in p for p in _problems(["backward", "zero_grad", "step"]))
+    assert any("between backward() and step()" in p
+               for p in _problems(["backward", "zero_grad", "step"], set_to_none=False))
     assert any("never called" in p for p in _problems(["zero_grad", "backward"]))
     assert any("before backward()" in p for p in _problems(["zero_grad", "step", "backward"]))
     assert any("eval mode" in p for p in _problems(["zero_grad", "backward", "step"], eval_mode=True))
+
+
+def test_clipping_in_the_wrong_place_is_a_problem_not_a_note():
+    before = _problems(["zero_grad", "clip", "backward", "step"])
+    after = _problems(["zero_grad", "backward", "step", "clip"])
+    assert before == ["gradient clipping ran before backward(): it changed the previous gradients (or none), "
+                      "not the ones the step uses"]
+    assert after == ["gradient clipping ran after optimizer.step(): that step used the gradients as they were"]
+
+
+def test_clipping_before_the_scaler_unscales_is_found():
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    x, y = _data()
+
+    def amp_step(unscale_first):
+        optimizer.zero_grad()
+        scaler.scale(F.mse_loss(model(x), y)).backward()
+        if unscale_first:
+            scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+    assert audit_step(model, optimizer, lambda: amp_step(True)) == []
+    assert audit_step(model, optimizer, lambda: amp_step(False)) == [
+        "clipping ran before scaler.unscale_(): it clipped the scaled gradients"]
+
+
+def test_a_submodule_in_eval_mode_is_named():
+    model, optimizer, step = _loop(["zero_grad", "backward", "step"])
+    model[1].eval()
+    assert _problems_of(model, optimizer, step) == ["modules in eval mode during training: ['1']: call model.train() "
+                                                   "before the loop"]
+
+
+def _problems_of(model, optimizer, step):
+    return audit_step(model, optimizer, step)
+
+
+def test_the_audit_puts_back_the_model_the_optimizer_and_the_gradients():
+    model, optimizer, step = _loop(["zero_grad", "backward", "step"])
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x, y = _data()
+    F.mse_loss(model(x), y).backward()
+    model[2].eval()
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    grads = {name: p.grad.clone() for name, p in model.named_parameters()}
+
+    def train_step():
+        optimizer.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        optimizer.step()
+        model.train()
+    audit_step(model, optimizer, train_step)
+    assert all(torch.equal(p, before[name]) and torch.equal(p.grad, grads[name]) for name, p in model.named_parameters())
+    assert optimizer.state_dict()["state"] == {} and not model[2].training and model[0].training
+    assert torch.nn.utils.clip_grad_norm_.__name__ == "clip_grad_norm_"     # the watch is removed
 
 
 def test_the_audit_reports_optimizer_coverage():

@@ -86,8 +86,8 @@ def _copy(tensor):
 
 
 def _optimizer_state(optimizer):
-    groups = [{key: value for key, value in group.items() if key != "params" and isinstance(value, (int, float, bool, str))}
-              for group in optimizer.param_groups]
+    groups = [{key: [id(p) for p in value] if key == "params" else value for key, value in group.items()
+               if key == "params" or isinstance(value, (int, float, bool, str))} for group in optimizer.param_groups]
     return groups, len(optimizer.state)
 
 

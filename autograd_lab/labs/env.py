@@ -27,3 +27,15 @@ def pick_device():
     sections.
     """
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def mismatch_device():
+    """A device other than the CPU to show a device-mismatch error on: the GPU, else ``meta``.
+
+    ``meta`` tensors have a shape and a dtype but no data; the ops of a small model check
+    their devices there too, so notebook 07's mismatch is a real error on any machine.
+    Returns ``(device, start)``: ``start`` is how that device's mismatch message begins.
+    """
+    if torch.cuda.is_available():
+        return torch.device("cuda"), "Expected all tensors to be on the same device"
+    return torch.device("meta"), "Tensor on device "

@@ -102,60 +102,112 @@ def _require_module(model):
 
 
 class _StepRecorder:
-    """Hooks that watch one training step: gradients arriving, being cleared, and the optimizer step."""
+    """Hooks that watch a training loop: gradients arriving, clipping and unscaling, and each optimizer step.
+
+    ``events`` lists, per call of the step function, what happened in order: ``backward`` (a backward pass
+    reached the parameters), ``clip`` (a ``torch.nn.utils.clip_grad_*`` call), ``unscale``
+    (``GradScaler.unscale_``), ``rescaled`` (gradients changed in place between backward and step by
+    something else) and ``step``.
+    """
 
     def __init__(self, model, optimizer):
         self.model, self.optimizer = model, optimizer
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.events = []          # "backward", "step" in the order they happened
-        self.stale_grad = False   # a backward added onto a gradient left over from before
-        self.no_grad_at_step = False
-        self.eval_at_step = False
-        self.grads_changed_before_step = False  # something (clip, unscale) rescaled .grad in place
-        self._incoming = {}
+        self.events = []          # [[event, ...] per call of the step function]
+        self.stale_grad = False   # a gradient from before a step() was still there at the next backward
+        self.cleared_at_step = False
+        self.eval_modules = set()
+        self._since_step = set()  # ids of the parameters a backward reached since the last step()
+        self._since_event = set()
         self._versions = {}
+        self._patches = []
 
     def __enter__(self):
         self._handles = [self.optimizer.register_step_pre_hook(self._on_step)]
         for p in self.params:
-            self._handles.append(p.register_hook(self._remember_incoming(p)))
+            self._handles.append(p.register_hook(self._before_accumulate(p)))
             self._handles.append(p.register_post_accumulate_grad_hook(self._on_accumulated))
+        self._patch_clippers()
         return self
 
     def __exit__(self, *exc_info):
         for handle in self._handles:
             handle.remove()
+        for owner, name, original in reversed(self._patches):
+            setattr(owner, name, original)
         return False
 
-    def _remember_incoming(self, p):
+    def start_call(self):
+        self.events.append([])
+
+    def _record(self, event):
+        self.events[-1].append(event)
+
+    def _patch_clippers(self):
+        # Clipping before backward() or after step() changes nothing a hook can see: watch the calls.
+        import torch.nn.utils as utils
+        from torch.nn.utils import clip_grad
+
+        for owner in (utils, clip_grad):
+            for name in ("clip_grad_norm_", "clip_grad_value_", "clip_grads_with_norm_"):
+                if hasattr(owner, name):
+                    self._patch(owner, name, "clip")
+        self._patch(torch.amp.GradScaler, "unscale_", "unscale")
+
+    def _patch(self, owner, name, event):
+        original = getattr(owner, name)
+
+        def watched(*args, **kwargs):
+            self._record(event)
+            return original(*args, **kwargs)
+        self._patches.append((owner, name, original))
+        setattr(owner, name, watched)
+
+    def _before_accumulate(self, p):
         def hook(grad):
-            self._incoming[id(p)] = grad.detach().clone()
+            if id(p) not in self._since_step and p.grad is not None and bool(p.grad.detach().ne(0).any()):
+                self.stale_grad = True       # the gradient of an earlier step is still there
+            return None
         return hook
 
     def _on_accumulated(self, p):
-        if not self.events or self.events[-1] != "backward":
-            self.events.append("backward")
-        incoming = self._incoming.pop(id(p), None)
-        if incoming is not None and not torch.equal(p.grad, incoming):
-            self.stale_grad = True
-        self._versions[id(p)] = p.grad._version
+        calls = self.events[-1]
+        if not calls or calls[-1] != "backward" or id(p) in self._since_event:
+            self._record("backward")
+            self._since_event = set()
+        self._since_event.add(id(p))
+        self._since_step.add(id(p))
+        self._versions[id(p)] = (id(p.grad), p.grad._version)
 
     def _on_step(self, optimizer, args, kwargs):
-        self.events.append("step")
-        self.eval_at_step |= not self.model.training
-        self.no_grad_at_step |= all(p.grad is None for p in self.params)
-        self.grads_changed_before_step |= any(
-            p.grad is not None and id(p) in self._versions and p.grad._version != self._versions[id(p)]
-            for p in self.params)
+        reached = [p for p in self.params if id(p) in self._since_step]
+        calls = self.events[-1]
+        seen = next((e for e in reversed(calls) if e != "step"), None)
+        if seen == "backward" and any(p.grad is not None and self._versions.get(id(p)) != (id(p.grad), p.grad._version)
+                                      for p in reached):
+            self._record("rescaled")          # clipped or unscaled by code the audit does not watch
+        self._record("step")
+        self.eval_modules |= {name or "the model" for name, m in self.model.named_modules() if not m.training}
+        if reached and all(p.grad is None or not bool(p.grad.detach().ne(0).any()) for p in reached):
+            self.cleared_at_step = True       # zero_grad() (to None or to zeros) between backward() and step()
+        self._since_step = set()
+        self._since_event = set()
 
 
 def audit_step(model, optimizer, train_step, *, steps=2):
     """Run ``train_step()`` ``steps`` times under hooks; return the list of problems found (empty: clean).
 
-    ``train_step`` is a zero-argument function doing one iteration of your loop
-    (forward, loss, backward, step).  Checks: the order of zero_grad / backward /
-    step, gradients accumulating across steps, the model's mode at the step, and
-    optimizer coverage.  Notes (not problems) go to the returned list prefixed "note:".
+    ``train_step`` is a zero-argument function doing one iteration of your loop (forward, loss,
+    backward, step; several backward passes per step, gradient accumulation, are fine).  Checks:
+    optimizer coverage; the order of backward and step; gradients of one step left over at the
+    next (a missing ``zero_grad``); gradients cleared between backward and step; modules in eval
+    mode at the step; clipping (``torch.nn.utils.clip_grad_*``) or ``GradScaler.unscale_`` before
+    backward or after step, and clipping before unscaling.  A loop without clipping is not a
+    problem.
+
+    The audit starts from cleared gradients, as a training run does, and puts back what it ran
+    over: the model's and the optimizer's ``state_dict``, the modules' modes and the gradients.
+    Anything else your step changes (a scheduler, a scaler, a data iterator) keeps its changes.
     """
     if not callable(train_step):
         raise TypeError("audit_step() needs train_step, a zero-argument function that runs one iteration.")
@@ -165,26 +217,74 @@ def audit_step(model, optimizer, train_step, *, steps=2):
         problems.append(f"trainable parameters missing from the optimizer: {coverage['missing']}")
     if coverage["frozen"]:
         problems.append(f"frozen parameters (requires_grad=False) in the optimizer: {coverage['frozen']}")
-    with _StepRecorder(model, optimizer) as recorder:
-        for _ in range(steps):
-            train_step()
-    return problems + _order_problems(recorder, steps)
+    saved = _saved_state(model, optimizer)
+    try:
+        for p in model.parameters():
+            p.grad = None
+        with _StepRecorder(model, optimizer) as recorder:
+            for _ in range(steps):
+                recorder.start_call()
+                train_step()
+    finally:
+        _restore(model, optimizer, saved)
+    return problems + _order_problems(recorder)
 
 
-def _order_problems(recorder, steps):
+def _saved_state(model, optimizer):
+    import copy
+
+    return (copy.deepcopy(model.state_dict()), copy.deepcopy(optimizer.state_dict()),
+            [m.training for m in model.modules()],
+            [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()])
+
+
+def _restore(model, optimizer, saved):
+    model_state, optimizer_state, modes, grads = saved
+    model.load_state_dict(model_state)
+    optimizer.load_state_dict(optimizer_state)
+    for module, training in zip(model.modules(), modes):
+        module.training = training
+    for p, grad in zip(model.parameters(), grads):
+        p.grad = grad
+
+
+def _order_problems(recorder):
     problems = []
-    if "step" not in recorder.events:
+    events = [event for call in recorder.events for event in call]
+    if "step" not in events:
         problems.append("optimizer.step() was never called")
-    if "backward" not in recorder.events:
+    if "backward" not in events:
         problems.append("no gradient reached a trainable parameter: backward() missing or the graph is cut")
-    elif recorder.events[:2] == ["step", "backward"]:
+    elif events and events[0] == "step":
         problems.append("optimizer.step() ran before backward(): each step used the previous iteration's gradient")
     if recorder.stale_grad:
         problems.append("gradients accumulated across iterations: call optimizer.zero_grad() before backward()")
-    if recorder.no_grad_at_step:
-        problems.append("every .grad was None at optimizer.step(): zero_grad() runs between backward() and step()")
-    if recorder.eval_at_step:
-        problems.append("the model was in eval mode during training: call model.train() before the loop")
-    if not recorder.grads_changed_before_step:
-        problems.append("note: no gradient clipping (or unscaling) seen between backward() and step()")
-    return problems
+    if recorder.cleared_at_step:
+        problems.append("every gradient was cleared (None or zero) at optimizer.step(): zero_grad() runs between "
+                        "backward() and step()")
+    if recorder.eval_modules:
+        problems.append(f"modules in eval mode during training: {sorted(recorder.eval_modules)}: call model.train() "
+                        "before the loop")
+    return problems + _clip_problems(recorder.events)
+
+
+def _clip_problems(calls):
+    """Clipping and unscaling belong after the last backward() of a step and before its step()."""
+    found = []
+    for call in calls:
+        for number, event in enumerate(call):
+            if event not in ("clip", "unscale"):
+                continue
+            before = [e for e in call[:number] if e in ("backward", "step")]
+            after = [e for e in call[number + 1:] if e in ("backward", "step")]
+            if before and before[-1] == "step":
+                found.append(f"{_CALLS[event]} ran after optimizer.step(): that step used the gradients as they were")
+            elif after and after[0] == "backward" or not before:
+                found.append(f"{_CALLS[event]} ran before backward(): it changed the previous gradients (or none), "
+                             "not the ones the step uses")
+            if event == "clip" and "unscale" in call[number + 1:]:
+                found.append("clipping ran before scaler.unscale_(): it clipped the scaled gradients")
+    return list(dict.fromkeys(found))
+
+
+_CALLS = {"clip": "gradient clipping", "unscale": "scaler.unscale_()"}
