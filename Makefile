@@ -11,6 +11,10 @@ SOLVED := build/solved
 NBVAL := $(BIN)/python -m pytest -p no:cacheprovider --nbval-lax --nbval-current-env \
 	--nbval-cell-timeout=120 --nbval-sanitize-with $(SANITIZE)
 
+# Notebook workers: two on a CPU-only machine; one where a GPU is present, so no two
+# notebooks share it (05's benchmark would time 06's steps and see its memory; issue 23).
+NB_WORKERS = $(shell $(BIN)/python -c 'import torch; print(1 if torch.cuda.is_available() else 2)' 2>/dev/null || echo 2)
+
 SITE := build/site
 # The site is rebuilt only when what it shows changed: the notebooks, the package and
 # solutions they import, the GPU records they show, or the environment.
@@ -73,14 +77,14 @@ test-package: setup
 	$(BIN)/python -m pytest -p no:cacheprovider -n 2 --dist loadfile tests --ignore=tests/browser
 
 test-notebooks: setup
-	$(NBVAL) -n 2 --dist loadscope notebooks
+	$(NBVAL) -n $(NB_WORKERS) --dist loadscope notebooks
 
 # Every exercise must be solvable from its own notebook: fill in the reference
 # solutions and run the copies in strict mode, where a failed check raises.
 test-solved: setup
 	rm -rf $(SOLVED)
 	$(BIN)/autograd-lab solve notebooks --out $(SOLVED)
-	AUTOGRAD_LAB_STRICT=1 $(NBVAL) -n 2 --dist loadscope $(SOLVED)
+	AUTOGRAD_LAB_STRICT=1 $(NBVAL) -n $(NB_WORKERS) --dist loadscope $(SOLVED)
 
 # The same tests on other torch releases, each in a cached venv outside the clone
 # (scripts/matrix-venv); writes docs/compatibility.md.  "pinned" means .venv itself.
