@@ -635,6 +635,40 @@ def _processes_with(text):
     return found
 
 
+# --- a host without cgroup delegation -------------------------------------------------------
+
+def test_without_cgroups_the_limits_are_polled_and_every_report_says_so(tmp_path, monkeypatch):
+    """The fallback (a container without a cgroup file system): watchdog, RLIMIT_NPROC, and the warning."""
+    from autograd_lab.grading import sandbox
+    monkeypatch.setattr(sandbox.Cgroups, "for_this_machine", classmethod(lambda cls: cls(problem="simulated")))
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    write_red_team(folder)
+    for path in folder.iterdir():
+        if path.stem not in ("rt_thread_bomb", "rt_tmpfs_filler"):
+            path.unlink()
+    write_submissions(folder, ["correct", "hostile_cells"])
+    stderr = io.StringIO()
+    graded = grade_batch([str(folder)], _options(tmp_path / "out", progress=False), stream=stderr)
+    assert _grades(graded) == {s: ALL[s][:2] for s in ("rt_thread_bomb", "rt_tmpfs_filler", "correct", "hostile_cells")}
+    assert "limits NOT enforced by the kernel: simulated" in stderr.getvalue()
+    for report in graded:
+        assert report["problems"][0] == "LIMITS NOT ENFORCED BY THE KERNEL: simulated", report["problems"]
+        assert "NOT ENFORCED BY THE KERNEL" in report["sandbox"]
+    hostile = {r["student"]: r for r in graded}["hostile_cells"]
+    assert any("more than 2048 MiB" in p for p in hostile["problems"]), hostile["problems"]
+
+
+def test_the_container_kind_runs_kernels_as_an_unprivileged_uid_without_bwrap(tmp_path):
+    from autograd_lab.grading.sandbox import SANDBOX_UID_BASE, Place, Sandbox
+    container = Sandbox(kind="container", package_root=str(tmp_path), as_root=True, cgroups=Cgroups(problem="x"))
+    argv = container.kernel_argv(Place(str(tmp_path / "k"), str(tmp_path / "s.ipynb"), slot=3))
+    assert "bwrap" not in argv and argv[argv.index("--uid") + 1] == str(SANDBOX_UID_BASE + 3)
+    assert "container sandbox" in container.describe() and "unprivileged uid" in container.describe()
+    with pytest.raises(ValueError):
+        Sandbox.for_this_machine(kind="none", cgroups=Cgroups(problem="x"))   # only with allow_unsandboxed
+
+
 # --- SIGTERM ------------------------------------------------------------------------------
 
 def test_sigterm_stops_the_batch_and_leaves_nothing_behind(tmp_path):

@@ -370,7 +370,9 @@ def _probe(base):
             return f"the sandbox could not start ({error})", None
     if result.returncode != 0:
         lines = (result.stderr or "failed").strip().splitlines()
-        return f"a sandboxed Python could not start ({lines[-1] if lines else 'failed'})", None
+        who = (" as an unprivileged uid: its Python, venv and the student build must be readable by other users"
+               if base.kind == "container" else "")
+        return f"a sandboxed Python could not start{who} ({lines[-1] if lines else 'failed'})", None
     return "", sandbox
 
 
