@@ -218,3 +218,5 @@ def quiet_untaught_warnings():
     """
     # torch >= 2.14: the first torch.func.jvp call warns that torch.jit.script is deprecated.
     warnings.filterwarnings("ignore", category=FutureWarning, message=r"`?torch\.jit\.script`? is deprecated")
+    # torch 2.13: the same warning is a DeprecationWarning (visible under -W default or when run from __main__).
+    warnings.filterwarnings("ignore", category=DeprecationWarning, message=r"`?torch\.jit\.script`? is deprecated")

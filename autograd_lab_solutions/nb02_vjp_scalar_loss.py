@@ -5,8 +5,9 @@ import torch.nn.functional as F
 
 from torch.autograd.functional import jacobian
 
-from autograd_lab.checking import (Exercise, Misconception, WrongAnswer, backward_calls, no_autograd, own_function,
-                                    register)
+from autograd_lab.checking import (Exercise, Misconception, WrongAnswer, backward_calls, no_autograd, no_jacobian,
+                                    own_function, register, uses_autograd)
+from autograd_lab.checking.variation import choose, generator
 from autograd_lab_solutions._mutants import mutant
 
 
@@ -31,9 +32,10 @@ def vjp_without_jacobian(W, x, v):
 
 
 def _vjp_inputs(seed, hidden):
-    generator = torch.Generator().manual_seed(seed)
-    m, n = (6, 5) if hidden else (4, 3)
-    return _randn(generator, m, n), _randn(generator, n), _randn(generator, m)
+    # The shape of W varies over the public seeds, so an answer that hard-codes the demo's 4 x 3 fails in check().
+    m, n = choose(seed, ((4, 3), (5, 2), (3, 5)), hidden=hidden, hidden_choices=((6, 5), (2, 7)))
+    g = generator(seed)
+    return _randn(g, m, n), _randn(g, n), _randn(g, m)
 
 
 def _vjp_with_ones(W, x, v):
@@ -65,6 +67,44 @@ def _vjp_typed_formula(W, x, v):
     return torch.outer(v * (1 - torch.tanh(W @ x) ** 2), x)
 
 
+def _vjp_formula_after_sham_backward(W, x, v):
+    """One backward pass "for show" on an unrelated scalar, then the derivative typed by hand."""
+    torch.zeros((), requires_grad=True).backward()
+    return torch.outer(v * (1 - torch.tanh(W @ x) ** 2), x)
+
+
+def _vjp_vectorized_jacobian(W, x, v):
+    """The full (m, m, n) Jacobian in one vmapped backward pass, then contracted with v."""
+    J = jacobian(lambda W: torch.tanh(W @ x), W, vectorize=True)
+    return torch.einsum("i,ijk->jk", v, J)
+
+
+def _vjp_jacrev(W, x, v):
+    """torch.func.jacrev: the full Jacobian again, one vmapped backward pass."""
+    J = torch.func.jacrev(lambda W: torch.tanh(W @ x))(W)
+    return torch.einsum("i,ijk->jk", v, J)
+
+
+def _vjp_on_callers_W(W, x, v):
+    """Right value, but the caller's W is switched to requires_grad (the prompt: do not modify the arguments)."""
+    W.requires_grad_()
+    (grad,) = torch.autograd.grad(torch.tanh(W @ x), W, grad_outputs=v)
+    return grad
+
+
+def _vjp_zeroes_v(W, x, v):
+    grad = vjp_without_jacobian(W, x, v)
+    v.zero_()
+    return grad
+
+
+def _vjp_demo_shape(W, x, v):
+    """The demo's 4 x 3 hard-coded."""
+    W = W.detach().reshape(4, 3).requires_grad_()
+    (grad,) = torch.autograd.grad(torch.tanh(W @ x), W, grad_outputs=v)
+    return grad
+
+
 def _vjp_backward_twice(W, x, v):
     W = W.detach().requires_grad_()
     y = torch.tanh(W @ x)
@@ -80,10 +120,11 @@ register(Exercise(
     reference=vjp_without_jacobian,
     inputs=_vjp_inputs,
     hints=(
-        "This time the leaf is W: W = W.detach().requires_grad_(), then y = torch.tanh(W @ x).",
-        "y is a vector, so backward needs the cotangent: y.backward(gradient=v) or "
-        "torch.autograd.grad(y, W, grad_outputs=v).",
-        "The answer has W's shape: W.grad after backward, or the single element of the tuple autograd.grad returns.",
+        "The tensor to differentiate with respect to is now the weight matrix, not x. Make a leaf of your own "
+        "from it, so that the caller's tensor is left as it was, and compute f with that leaf.",
+        "The output has one entry per row of W, so backward needs a cotangent: look at the `gradient=` argument "
+        "of `backward` (or `grad_outputs=` of `torch.autograd.grad`) and at which vector the exercise gives you.",
+        "The answer has W's shape: it is what the single backward pass leaves for your leaf.",
     ),
     misconceptions=(
         Misconception("ones_cotangent",
@@ -99,11 +140,18 @@ register(Exercise(
                       "respect to W, so the answer has W's shape.",
                       lambda s, r, args: _matches(s, _vjp_wrt_x(*args))),
     ),
-    method=backward_calls(1),
+    # One backward pass whose result is returned, and nothing of the Jacobian's size (m x m x n, more than W).
+    method=(backward_calls(1), uses_autograd(), no_jacobian(limit="input")),
     wrong_answers=(
-        # The shortcuts: a full Jacobian (one pass per output), or the derivative typed by hand.
+        # The shortcuts: a full Jacobian (row by row, vectorized, or jacrev), or the derivative typed by hand.
         WrongAnswer(_vjp_from_full_jacobian, expect="backward_calls"),
+        WrongAnswer(_vjp_vectorized_jacobian, expect="jacobian", note="jacobian(..., vectorize=True): one pass"),
+        WrongAnswer(_vjp_jacrev, expect="jacobian", note="torch.func.jacrev: one pass"),
         WrongAnswer(_vjp_typed_formula, expect="backward_calls"),
+        WrongAnswer(_vjp_formula_after_sham_backward, expect="typed_formula", note="a backward pass for show"),
+        WrongAnswer(_vjp_on_callers_W, expect="modified_input"),
+        WrongAnswer(_vjp_zeroes_v, expect="modified_input"),
+        WrongAnswer(_vjp_demo_shape, expect="error", note="the demo's shape hard-coded"),
         WrongAnswer(_vjp_backward_twice, expect="backward_calls", note="two passes: also doubled"),
         # One backward pass: the feedback is about the value.
         WrongAnswer(_vjp_with_ones, expect="ones_cotangent"),
@@ -129,10 +177,12 @@ def mlp_backward(X, W1, b1, W2, b2, G_Z):
 
 
 def _mlp_inputs(seed, hidden):
-    generator = torch.Generator().manual_seed(seed)
-    N, D, H, C = (9, 5, 7, 4) if hidden else (6, 4, 5, 3)
-    return (_randn(generator, N, D), _randn(generator, D, H), _randn(generator, H),
-            _randn(generator, H, C), _randn(generator, C), _randn(generator, N, C))
+    # The sizes vary over the public seeds (N == C and D == H in none of them), so transposes and
+    # hard-coded shapes fail in check().
+    N, D, H, C = choose(seed, ((6, 4, 5, 3), (3, 6, 2, 5), (5, 2, 7, 4)), hidden=hidden,
+                        hidden_choices=((9, 5, 7, 4), (4, 3, 6, 2)))
+    g = generator(seed)
+    return (_randn(g, N, D), _randn(g, D, H), _randn(g, H), _randn(g, H, C), _randn(g, C), _randn(g, N, C))
 
 
 def _mlp_without_activation_grad(X, W1, b1, W2, b2, G_Z):
@@ -177,6 +227,25 @@ def _mlp_backward_by_jacfwd(X, W1, b1, W2, b2, G_Z):
     return {name: torch.einsum("nc,nc...->...", G_Z, J) for name, J in zip(("W1", "b1", "W2", "b2"), jacobians)}
 
 
+def _mlp_backward_by_private_engine(X, W1, b1, W2, b2, G_Z):
+    """Autograd through a private engine object, which a counting stand-in would not see."""
+    leaves = [t.detach().requires_grad_() for t in (W1, b1, W2, b2)]
+    Z = torch.tanh(X @ leaves[0] + leaves[1]) @ leaves[2] + leaves[3]
+    torch._C._ImperativeEngine().run_backward((Z,), (G_Z,), False, False, tuple(leaves), False, False)
+    return dict(zip(("W1", "b1", "W2", "b2"), (leaf.grad for leaf in leaves)))
+
+
+def _mlp_backward_forging_the_count(X, W1, b1, W2, b2, G_Z):
+    """Autograd, then the engine's run counter set back to zero."""
+    from torch.autograd.variable import Variable
+    grads = _mlp_backward_by_autograd(X, W1, b1, W2, b2, G_Z)
+    try:
+        Variable._execution_engine.runs = 0
+    except (AttributeError, TypeError):
+        pass
+    return grads
+
+
 WITHOUT_AUTOGRAD = no_autograd()   # no backward pass, no forward mode, no torch.func: judged on what ran
 
 
@@ -187,9 +256,12 @@ register(Exercise(
     reference=mlp_backward,
     inputs=_mlp_inputs,
     hints=(
-        "Recompute the forward first: H = torch.tanh(X @ W1 + b1). Then walk the table from the output down.",
-        "Output layer: G_W2 = H.T @ G_Z, G_b2 = G_Z.sum(0), G_H = G_Z @ W2.T.",
-        "Through tanh: G_A = G_H * (1 - H ** 2), using H = tanh(A), not A. Then G_W1 = X.T @ G_A, G_b1 = G_A.sum(0).",
+        "Recompute the forward pass first: the backward formulas need the hidden activations. Then walk the "
+        "chain rule from the output down, one operation at a time, and check every shape against its tensor.",
+        "The chain-rule section's table covers the output layer. The first layer follows the same pattern one "
+        "level down, once the gradient has passed through tanh.",
+        "Passing through tanh multiplies element-wise by its derivative; write the derivative with tanh's output, "
+        "which you already computed, rather than its input. A bias is added to every row of the batch.",
     ),
     misconceptions=(
         Misconception("missing_activation_grad",
@@ -208,6 +280,8 @@ register(Exercise(
     wrong_answers=(
         WrongAnswer(_mlp_backward_by_autograd, expect="used_autograd"),
         WrongAnswer(_mlp_backward_by_jacfwd, expect="used_autograd", note="forward mode is autograd too"),
+        WrongAnswer(_mlp_backward_by_private_engine, expect="used_autograd", note="the engine called directly"),
+        WrongAnswer(_mlp_backward_forging_the_count, expect="used_autograd", note="the engine's counter reset"),
         WrongAnswer(_mlp_without_activation_grad, expect="missing_activation_grad"),
         WrongAnswer(_mlp_activation_of_pre, expect="activation_of_preactivation"),
         WrongAnswer(_mlp_bias_mean, expect="bias_mean"),
@@ -232,9 +306,27 @@ class Softplus(torch.autograd.Function):
 
 
 def _softplus_inputs(seed, hidden):
-    generator = torch.Generator().manual_seed(seed)
-    shape = (3, 4) if hidden else (5,)
-    return (_randn(generator, *shape).requires_grad_(),)
+    shape = choose(seed, ((5,), (2, 3), (4, 1, 2)), hidden=hidden, hidden_choices=((3, 4), (7,)))
+    return (_randn(generator(seed), *shape).requires_grad_(),)
+
+
+def _softplus_plain_function(x):
+    """Not a Function at all: PyTorch's softplus, with PyTorch's backward."""
+    return F.softplus(x)
+
+
+class _softplus_apply_alias(torch.autograd.Function):
+    """A Function subclass whose apply is PyTorch's softplus: no forward or backward of its own ran."""
+    apply = staticmethod(F.softplus)
+
+
+class _softplus_by_library_kernel(Softplus):
+    """A backward that calls PyTorch's own derivative kernel instead of computing the derivative."""
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return torch.ops.aten.softplus_backward(grad_output, x, 1, 20)
 
 
 class _softplus_by_autograd(Softplus):
@@ -264,9 +356,12 @@ register(Exercise(
     gradcheck=True,
     method=own_function(),   # a Function of one's own whose backward computes the derivative (judged on what ran)
     hints=(
-        "forward: ctx.save_for_backward(x), then return torch.log1p(torch.exp(x)) or F.softplus(x).",
-        "backward: (x,) = ctx.saved_tensors; the local derivative is torch.sigmoid(x).",
-        "Return grad_output * torch.sigmoid(x): the incoming gradient times the local derivative.",
+        "forward computes softplus and keeps, through the ctx method the prompt names, the tensor that backward "
+        "will need to evaluate the derivative.",
+        "backward starts by taking back what forward kept (the ctx attribute that holds saved tensors), and "
+        "evaluates the local derivative of softplus there.",
+        "backward returns a VJP: combine the gradient arriving from above with the local derivative, element by "
+        "element. Forgetting the gradient from above is the classic slip.",
     ),
     wrong_answers=(
         WrongAnswer(_wrong_backward("return -grad_output * torch.sigmoid(x)"), expect="sign_flipped"),
@@ -277,6 +372,9 @@ register(Exercise(
         WrongAnswer(F.softplus, expect="own_function", note="Softplus = F.softplus: not a Function of one's own"),
         WrongAnswer(_softplus_by_autograd,
                     expect="own_function", note="a backward that calls autograd"),
+        WrongAnswer(_softplus_plain_function, expect="own_function", note="a plain function, not a Function"),
+        WrongAnswer(_softplus_apply_alias, expect="own_function", note="apply = staticmethod(F.softplus)"),
+        WrongAnswer(_softplus_by_library_kernel, expect="own_function", note="aten::softplus_backward"),
     ),
 ))
 
@@ -313,19 +411,18 @@ register(Exercise(
     kind="value",
     reference=pick_gradient_reference,
     experiment=_pick_gradient_experiment,
-    # hint 2 reads the weights off "3 * y[0] + 0 * y[1] - 1 * y[2]": they must be the measured key
-    checked_numbers={"3": lambda key: key[0].item(), "0": lambda key: key[1].item(), "1": lambda key: -key[2].item()},
     solution_code="cotangent = torch.tensor([3.0, 0.0, -1.0])",
     hints=(
         "y.backward(gradient=g) computes the gradient of (g * y).sum(), the weighted sum of the outputs.",
-        "You want 3 * y[0] + 0 * y[1] - 1 * y[2]: read off one weight per element of y.",
+        "Write the combination the prompt asks for as a weighted sum over all three outputs, giving a weight to "
+        "each one, also to the output it leaves out; those weights, in the order of y, are the cotangent.",
     ),
     misconceptions=(
         Misconception("reversed",
                       "The weights are in the wrong order: g[i] multiplies y[i].",
                       _is([-1.0, 0.0, 3.0])),
         Misconception("ones_cotangent",
-                      "All ones gives the gradient of y.sum(); the weights should be those of 3 * y[0] - y[2].",
+                      "All ones gives the gradient of y.sum(); the weights should be those of the combination the prompt asks for.",
                       _is([1.0, 1.0, 1.0])),
     ),
     wrong_answers=(

@@ -204,10 +204,6 @@ _TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+(?:\.\d+)?|\*\*|//|[-+*/@=()\[\]
 HINTS_GIVE_IT_AWAY = {  # measured at the engine's commit; owners rewrite, then delete the line
     "00.cube_grad": "holds 74% of the reference's token trigrams; restates `x = x.detach().requires_grad_()`",
     "01.tiny_tanh": "holds 82% of the reference's token trigrams; restates `(tanh(a) * a).backward()`; restates `a = Value(x)`; restates `out = Value(t, (a,), 'tanh')`; restates `t = math.tanh(a.data)`",
-    "02.mlp_backward": "holds 75% of the reference's token trigrams; restates `G_A = G_H * (1 - H ** 2)`; restates `G_H = G_Z @ W2.T`; restates `G_W1 = X.T @ G_A`; restates `G_W2 = H.T @ G_Z`; restates `G_b1 = G_A.sum(0)`; restates `G_b2 = G_Z.sum(0)`; restates `H = torch.tanh(X @ W1 + b1)`",
-    "02.pick_gradient": "states the key's '3'",
-    "02.softplus": "holds 78% of the reference's token trigrams; restates `ctx.save_for_backward(x)`",
-    "02.vjp": "holds 94% of the reference's token trigrams; restates `W = W.detach().requires_grad_()`; restates `y = torch.tanh(W @ x)`",
     "03.accumulated_grad": "holds 59% of the reference's token trigrams; restates `w = w.detach().clone().requires_grad_()`",
     "04.copy_choice": "states the key's 'detach'; states the key's 'detach().clone()'",
     "04.sgd_step": "holds 100% of the reference's token trigrams; restates `p.sub_(lr * p.grad)`; restates `with torch.no_grad():`",
