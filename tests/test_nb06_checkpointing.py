@@ -39,8 +39,10 @@ def test_saved_for_segments_inputs_make_each_term_the_largest_somewhere():
     assert winners == {"last", "first", "middle"}
 
 
-def test_best_segments_public_inputs_catch_every_shortcut_the_hidden_ones_catch():
+def test_best_segments_public_inputs_catch_every_shortcut_the_hidden_ones_catch(monkeypatch):
     from autograd_lab.checking import check, get
+    for name in ("CI", "AUTOGRAD_LAB_STRICT"):   # strict mode would raise on the first wrong answer
+        monkeypatch.delenv(name, raising=False)
     for wrong in get("06.best_segments").wrong_answers:
         assert check("06.best_segments", wrong.answer).status == "failed", wrong.note
     publics = [nb06._block_count(seed, False)[0] for seed in (0, 1, 2)]
