@@ -15,12 +15,16 @@ NBVAL := $(BIN)/python -m pytest -p no:cacheprovider --nbval-lax --nbval-current
 # notebooks share it (05's benchmark would time 06's steps and see its memory; issue 23).
 NB_WORKERS = $(shell $(BIN)/python -c 'import torch; print(1 if torch.cuda.is_available() else 2)' 2>/dev/null || echo 2)
 
-SITE := build/site
-# The site is rebuilt only when what it shows changed: the notebooks, the package and
-# solutions they import, the GPU records they show, or the environment.
-SITE_BUILT := $(SITE)/.built
-SITE_INPUTS := $(wildcard notebooks/*.ipynb docs/gpu/*) \
+# Each shipped notebook runs once per change, into build/executed/ (course/executed.py):
+# the notebooks' test, the prose-number test and the site all read those copies.  They
+# run again only when what they show changed: the notebooks, the package and solutions
+# they import, the GPU records they show, or the environment.
+EXECUTED := build/executed
+EXECUTED_RAN := $(EXECUTED)/.ran
+NOTEBOOK_INPUTS := $(wildcard notebooks/*.ipynb docs/gpu/*) \
 	$(shell find autograd_lab autograd_lab_solutions -type f \( -name '*.py' -o -name '*.j2' -o -name '*.json' \) 2>/dev/null)
+SITE := build/site
+SITE_BUILT := $(SITE)/.built
 
 .PHONY: setup lab reset test test-package test-notebooks test-solved test-browser test-matrix site doctor architecture clean
 
@@ -29,7 +33,7 @@ SITE_INPUTS := $(wildcard notebooks/*.ipynb docs/gpu/*) \
 # distribution made both workers build.
 # Tests run two pytest workers on two cores: with torch's default of one thread per
 # core each, they oversubscribe the CPU and every step gets tens of times slower.
-test test-package test-notebooks test-solved test-browser site $(SITE_BUILT): export OMP_NUM_THREADS = 1
+test test-package test-notebooks test-solved test-browser site $(SITE_BUILT) $(EXECUTED_RAN): export OMP_NUM_THREADS = 1
 
 setup: $(STAMP)
 	@scripts/ensure-system-packages dot bwrap
@@ -71,13 +75,19 @@ reset: $(STAMP)
 	@test -n "$(NN)" || { echo "usage: make reset NN=01   (a notebook's number or file name)" >&2; exit 2; }
 	@$(BIN)/autograd-lab reset $(NN) --course notebooks --work work
 
-test: setup test-package test-notebooks test-solved test-browser
+test: setup test-notebooks test-package test-solved test-browser
 
-test-package: setup
-	$(BIN)/python -m pytest -p no:cacheprovider -n 2 --dist loadfile tests --ignore=tests/browser
+# The prose-number test reads the executed copies instead of running each lab again.
+test-package: setup $(EXECUTED_RAN)
+	AUTOGRAD_LAB_EXECUTED=$(EXECUTED) $(BIN)/python -m pytest -p no:cacheprovider -n 2 --dist loadfile tests --ignore=tests/browser
 
-test-notebooks: setup
-	$(NBVAL) -n $(NB_WORKERS) --dist loadscope notebooks
+# Every shipped notebook runs top to bottom with no error and nothing on stderr.
+test-notebooks: setup $(EXECUTED_RAN)
+
+$(EXECUTED_RAN): $(STAMP) $(NOTEBOOK_INPUTS)
+	@rm -f $@
+	$(BIN)/python -m autograd_lab.course.executed notebooks --out $(EXECUTED) --jobs $(NB_WORKERS)
+	@touch $@
 
 # Every exercise must be solvable from its own notebook: fill in the reference
 # solutions and run the copies in strict mode, where a failed check raises.
@@ -94,9 +104,9 @@ test-matrix: setup
 
 site: $(SITE_BUILT)
 
-$(SITE_BUILT): $(STAMP) $(SITE_INPUTS)
+$(SITE_BUILT): $(EXECUTED_RAN)
 	@rm -f $@
-	$(BIN)/python -m autograd_lab.course.site notebooks --out $(SITE)
+	$(BIN)/python -m autograd_lab.course.site notebooks --executed $(EXECUTED) --out $(SITE)
 	@touch $@
 
 # The course as students see it: JupyterLab in Debian's chromium (driven by playwright,

@@ -47,3 +47,27 @@ def test_site_executes_renders_navigates_and_reports_failures(tmp_path):
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", good)
     assert "measured when this site was built" in good
     assert nbformat.read(source / "01_good.ipynb", as_version=4).cells[2].outputs == []  # sources untouched
+
+
+def test_each_notebook_runs_once_and_a_cell_on_stderr_fails_it(tmp_path):
+    """make test-notebooks: errors and stray stderr fail; the site renders the copies without running them."""
+    from autograd_lab.course import executed
+
+    source = tmp_path / "notebooks"
+    source.mkdir()
+    write(source / "01_clean.ipynb", new_markdown_cell("# 01 · Clean"), new_code_cell("print(6 * 7)"))
+    write(source / "02_noisy.ipynb", new_code_cell("import warnings\nwarnings.warn('left on stderr')"))
+    write(source / "03_raises.ipynb", new_code_cell("1 / 0"))
+    copies = tmp_path / "executed"
+
+    assert executed.main([str(source), "--out", str(copies), "--jobs", "2"]) == 1
+    clean, error = executed.read(copies, "01_clean.ipynb")
+    assert error is None and clean.cells[1].outputs[0]["text"] == "42\n"
+    assert "wrote to stderr" in executed.read(copies, "02_noisy.ipynb")[1]
+    assert "ZeroDivisionError" in executed.read(copies, "03_raises.ipynb")[1]
+
+    (source / "01_clean.ipynb").write_text("not a notebook: the site must read the copy, not run this")
+    out = tmp_path / "site"
+    assert main([str(source), "--out", str(out), "--executed", str(copies)]) == 1
+    assert "42" in (out / "01_clean.html").read_text()
+    assert "(failed to run)" in (out / "index.html").read_text()

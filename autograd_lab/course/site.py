@@ -35,14 +35,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import jupyter_server_mathjax
-import nbformat
-from jupyter_client import KernelManager
-from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionError
 from nbconvert import HTMLExporter
 from nbconvert.filters import markdown2html
 
-CELL_TIMEOUT_S = 120
+from . import executed as runs
+
 TEMPLATE_DIR = Path(__file__).parent / "site_template"
 MATHJAX_DIR = Path(jupyter_server_mathjax.__file__).parent / "static"
 # jupyter-server-mathjax bundles this one combined configuration (and Safe).
@@ -70,32 +67,6 @@ body.index li p { margin: 0.4em 0 0; }
 code { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 0.92em; }
 .failed { color: #cf222e; font-weight: 600; }
 """
-
-
-def notebook_paths(sources):
-    paths = []
-    for source in map(Path, sources):
-        paths += sorted(source.glob("*.ipynb")) if source.is_dir() else [source]
-    return paths
-
-
-def execute(path):
-    """Run ``path`` top to bottom in a fresh kernel; return the executed notebook and any error."""
-    notebook = nbformat.read(path, as_version=4)
-    with tempfile.TemporaryDirectory(prefix="autograd-lab-site-") as sockets:
-        # Local IPC sockets instead of TCP ports: private, and ipykernel has nothing to warn about.
-        manager = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(sockets, "kernel"))
-        manager.connection_file = os.path.join(sockets, "connection.json")
-        client = NotebookClient(notebook, km=manager, timeout=CELL_TIMEOUT_S,
-                                resources={"metadata": {"path": str(path.parent)}})
-        try:
-            client.execute()
-            return without_widgets(notebook), None
-        except CellExecutionError as error:
-            return without_widgets(notebook), str(error).splitlines()[0] if str(error) else "a cell failed"
-        finally:
-            if manager.has_kernel:
-                manager.shutdown_kernel(now=True)
 
 
 def without_widgets(notebook):
@@ -180,20 +151,22 @@ def exporter():
     return exporter
 
 
-def build(sources, out_dir):
+def build(sources, out_dir, executed_dir=None, jobs=2):
+    """Render ``sources`` to ``out_dir``, from the copies ``executed_dir`` holds, or run them first."""
     out_dir.mkdir(parents=True, exist_ok=True)
     shutil.copytree(MATHJAX_DIR, out_dir / "mathjax", dirs_exist_ok=True)
     (out_dir / "site.css").write_text(STYLE)
     built = machine_description()
-    paths = notebook_paths(sources)
-    executed, failures = [], 0
-    for path in paths:
-        print(f"executing {path.name} ...", flush=True)
-        notebook, error = execute(path)
-        if error:
-            failures += 1
-            print(f"  failed: {error}", file=sys.stderr)
-        executed.append((path, notebook, error))
+    paths = runs.notebook_paths(sources)
+    with tempfile.TemporaryDirectory(prefix="autograd-lab-site-") as scratch:
+        if executed_dir is None:
+            executed_dir = Path(scratch)
+            runs.run(paths, executed_dir, jobs)
+        executed = []
+        for path in paths:
+            notebook, error = runs.read(executed_dir, path.name)
+            executed.append((path, without_widgets(notebook), error and error.splitlines()[0]))
+    failures = sum(error is not None for _, _, error in executed)
     pages = [(path.with_suffix(".html").name, title_of(notebook, path.stem)) for path, notebook, _ in executed]
     html_exporter = exporter()
     for position, (path, notebook, error) in enumerate(executed):
@@ -212,8 +185,12 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m autograd_lab.course.site", description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="+", help="notebook files or folders")
     parser.add_argument("--out", required=True, type=Path, help="folder for the HTML pages")
+    parser.add_argument("--executed", type=Path, default=None,
+                        help="a folder of copies that `python -m autograd_lab.course.executed` ran "
+                             "(make test-notebooks); without it the notebooks run first")
+    parser.add_argument("--jobs", type=int, default=2, help="notebooks run at once (default 2)")
     args = parser.parse_args(argv)
-    return build(args.notebooks, args.out)
+    return build(args.notebooks, args.out, args.executed, args.jobs)
 
 
 if __name__ == "__main__":
