@@ -1,7 +1,5 @@
 """Exercises of notebooks/00_start_here.ipynb: two warm-ups."""
 
-import warnings
-
 import torch
 
 from autograd_lab.checking import Exercise, Misconception, WrongAnswer, claims, register, uses_autograd
@@ -43,6 +41,36 @@ def _under_no_grad(x):
         return torch.zeros_like(x) * (x ** 3).sum()
 
 
+def _backward_for_show(x):
+    torch.zeros((), requires_grad=True).backward()   # a backward pass that computes nothing used
+    return 3 * x ** 2
+
+
+def _forged_engine_count(x):
+    from torch.autograd.variable import Variable
+    setattr(Variable._execution_engine, "runs", 1)    # pretend a backward pass ran
+    return 3 * x ** 2
+
+
+def _caller_requires_grad(x):
+    x.requires_grad_()
+    (x ** 3).sum().backward()
+    return x.grad.detach().clone()
+
+
+def _zeroes_caller(x):
+    gradient = _autograd_of(lambda t: (t ** 3).sum())(x)
+    with torch.no_grad():
+        x.zero_()
+    return gradient
+
+
+def _grad_mode_left_off(x):
+    gradient = _autograd_of(lambda t: (t ** 3).sum())(x)
+    torch.set_grad_enabled(False)
+    return gradient
+
+
 def _non_leaf_grad(x):
     x = (x * 1.0).requires_grad_()
     y = x * 1.0          # a non-leaf: its .grad stays None
@@ -58,15 +86,24 @@ register(Exercise(
     inputs=_cube_inputs,
     points=1,
     hints=(
-        "Make x a leaf that requires grad: x = x.detach().requires_grad_().",
-        "Build a scalar from x ** 3 with .sum(), call .backward() on it, and return x.grad.",
+        "Autograd writes a gradient into the `.grad` of a leaf that requires grad, and the caller's `x` "
+        "must stay as it was: which tensor should be that leaf?",
+        "`backward()` with no argument starts from a single number, and the gradient you want is the one "
+        "autograd stored for your leaf, not a formula.",
     ),
     method=uses_autograd(),
+    compare=("value", "state"),  # also: grad mode is on again after the call, as the caller left it
     wrong_answers=(
         # The shortcut the prompt forbids: the right numbers, typed as a formula.
         WrongAnswer(lambda x: 3 * x ** 2, expect="typed_formula", note="the formula 3x^2 typed by hand"),
         WrongAnswer(lambda x: 3 * x * x, expect="typed_formula"),
         WrongAnswer(_under_no_grad, expect="typed_formula", note="no backward pass ran"),
+        WrongAnswer(_backward_for_show, expect="typed_formula", note="a backward pass run for show (round 1)"),
+        WrongAnswer(_forged_engine_count, expect="typed_formula", note="the engine's counter forged (round 1)"),
+        # Right values, but the caller's tensor changed (round 1): the prompt says to leave x as it was.
+        WrongAnswer(_caller_requires_grad, expect="modified_input", note="requires_grad_() on the caller's x"),
+        WrongAnswer(_zeroes_caller, expect="modified_input", note="the caller's x zeroed afterwards"),
+        WrongAnswer(_grad_mode_left_off, expect="state", note="grad mode switched off and left off (round 1)"),
         # Near misses: autograd was used, so the feedback must be about the value, not the method.
         WrongAnswer(_backward_twice, expect="doubled", note="backward called twice: gradients accumulate"),
         WrongAnswer(_autograd_of(lambda x: (2 * x ** 3).sum()), expect="doubled"),
@@ -83,25 +120,23 @@ register(Exercise(
 # --- 00.needs_grad ----------------------------------------------------------------
 
 def _grads_after_backward(**tensors):
-    """{name: whether .grad is not None} (reading a non-leaf's .grad warns; the answer is still None)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        return {name: tensor.grad is not None for name, tensor in tensors.items()}
+    """{name: whether .grad is not None}."""
+    return {name: tensor.grad is not None for name, tensor in tensors.items()}
 
 
 def _needs_grad_experiment():
     """The notebook's computation, run: which tensors have a .grad after loss.backward()."""
-    w = torch.randn(3, requires_grad=True)
-    x = torch.randn(3)
-    b = torch.tensor(0.5, requires_grad=True)
-    h = w * x
-    loss = (h + b).sum()
+    layer = torch.nn.Linear(3, 1)
+    w, b = layer.weight, layer.bias
+    x = torch.randn(4, 3)
+    h = torch.tensor(0.5)
+    loss = h * layer(x).sum()
     loss.backward()
     return _grads_after_backward(w=w, x=x, b=b, h=h)
 
 
 def needs_grad():
-    # After loss.backward(): .grad is filled only on leaves created with requires_grad=True.
+    # nn.Linear makes its weight and bias as nn.Parameter, which requires grad; x and h were made without it.
     return {"w": True, "x": False, "b": True, "h": False}
 
 
@@ -115,28 +150,41 @@ register(Exercise(
     solution_code='needs_grad = {"w": True, "x": False, "b": True, "h": False}',
     points=1,
     hints=(
-        "Only leaf tensors (made by you, not by an operation) keep a .grad.",
-        "Of the leaves, only those created with requires_grad=True get one.",
+        "backward() fills the .grad only of tensors that require grad. Which of these four were made "
+        "to require grad, by you or by the code that created them?",
+        "Look at what kind of tensor a layer's weight and bias are: print type(layer.weight).",
     ),
     misconceptions=(
         Misconception(
-            "non_leaf",
-            "h = w * x is an intermediate (non-leaf) tensor: autograd fills .grad only on leaves "
-            "that require grad, so h.grad stays None. Call h.retain_grad() before backward to keep it.",
-            claims("h"),
+            "not_booleans",
+            "Answer each entry with the Python bool True or False (not 1/0, a string or a tensor), "
+            "so that the answer says exactly whether that tensor's .grad is set.",
+            lambda student, reference, args: isinstance(student, dict) and set(student) == set(reference)
+            and not all(type(value) is bool for value in student.values()),
+        ),
+        Misconception(
+            "parameters_unmarked",
+            "Nothing in the cell writes requires_grad, but the code that creates a tensor can: look at what "
+            "kind of tensor a layer's weight and bias are, and what that kind's default is.",
+            lambda student, reference, args: isinstance(student, dict) and (
+                claims("w", False)(student, reference, args) or claims("b", False)(student, reference, args)),
         ),
         Misconception(
             "no_requires_grad",
-            "x was created without requires_grad=True, so autograd computes no gradient for it "
-            "and x.grad stays None.",
-            claims("x"),
+            "A loss that depends on a tensor does not by itself give that tensor a .grad: autograd computes "
+            "gradients only for tensors that require grad. Look at how each tensor you marked was made.",
+            lambda student, reference, args: isinstance(student, dict) and (
+                claims("x")(student, reference, args) or claims("h")(student, reference, args)),
         ),
     ),
     wrong_answers=(
-        WrongAnswer({"w": True, "x": False, "b": True, "h": True}, expect="non_leaf"),
+        WrongAnswer({"w": False, "x": False, "b": False, "h": False}, expect="parameters_unmarked"),
+        WrongAnswer({"w": True, "x": False, "b": False, "h": False}, expect="parameters_unmarked"),
         WrongAnswer({"w": True, "x": True, "b": True, "h": False}, expect="no_requires_grad"),
-        WrongAnswer({"w": True, "x": True, "b": True, "h": True}, expect="non_leaf"),
-        WrongAnswer({"w": True, "x": False, "b": False, "h": False}, expect="wrong_value"),
+        WrongAnswer({"w": True, "x": False, "b": True, "h": True}, expect="no_requires_grad"),
+        WrongAnswer({"w": True, "x": True, "b": True, "h": True}, expect="no_requires_grad"),
+        WrongAnswer({"w": 1, "x": 0, "b": 1, "h": 0}, expect="not_booleans", note="round 1: ints got a bare message"),
+        WrongAnswer({"w": "True", "x": "False", "b": "True", "h": "False"}, expect="not_booleans"),
         WrongAnswer({"w": True, "x": False, "b": True}, expect="structure", note="a missing key"),
         WrongAnswer({"w": True, "x": False, "b": True, "h": False, "loss": False}, expect="structure"),
         WrongAnswer(["w", "b"], expect="structure"),

@@ -161,8 +161,8 @@ def test_a_tolerance_error_passes_within_float64_tolerance():
 
 def test_custom_misconceptions_come_before_built_in_ones():
     result = check("00.needs_grad", {"w": True, "x": True, "b": True, "h": True})
-    assert result.misconception == "non_leaf"
-    assert "retain_grad" in result.messages[0] and "requires_grad=True" in result.messages[0]
+    assert result.misconception == "no_requires_grad"
+    assert "only for tensors that require grad" in result.messages[0]
 
 
 def test_a_crashing_detector_counts_as_not_detected():

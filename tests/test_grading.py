@@ -99,7 +99,7 @@ def test_misconceptions_are_named_not_just_wrong(batch):
     grades = {g["exercise_id"]: g for g in batch["reports"]["partly_wrong"]["exercises"]}
     # 6 * x ** 2 is doubled, and typed by hand: the judge names the one it checks first.
     assert grades["00.cube_grad"]["misconception"] in ("doubled", "typed_formula")
-    assert grades["00.needs_grad"]["misconception"] == "non_leaf"
+    assert grades["00.needs_grad"]["misconception"] == "no_requires_grad"
 
 
 def test_hidden_checks_run_but_their_inputs_never_appear(batch):
@@ -152,7 +152,7 @@ def test_item_analysis_reports_pass_rates_and_the_most_common_misconception(batc
     items = {i["exercise_id"]: i for i in json.loads((batch["out"] / "item_analysis.json").read_text())["exercises"]}
     needs = items["00.needs_grad"]
     assert needs["submissions"] == len(batch["reports"])
-    assert needs["most_common_misconception"] == "non_leaf"  # partly_wrong and redefines_check
+    assert needs["most_common_misconception"] == "no_requires_grad"  # partly_wrong and redefines_check
     assert "| 00.needs_grad" in (batch["out"] / "item_analysis.md").read_text()
 
 
