@@ -5,7 +5,7 @@ import torch.nn.functional as F
 
 from torch.autograd.functional import jacobian
 
-from autograd_lab.checking import (Exercise, Misconception, WrongAnswer, backward_calls, no_autograd, no_jacobian,
+from autograd_lab.checking import (Exercise, Method, Misconception, WrongAnswer, backward_calls, no_autograd, no_jacobian,
                                     own_function, register, uses_autograd)
 from autograd_lab.checking.variation import choose, generator
 from autograd_lab_solutions._mutants import mutant
@@ -246,7 +246,53 @@ def _mlp_backward_forging_the_count(X, W1, b1, W2, b2, G_Z):
     return grads
 
 
+def _mlp_backward_by_finite_differences(X, W1, b1, W2, b2, G_Z):
+    """No autograd, no chain rule: central differences of L = (G_Z * Z).sum(), one parameter entry at a time."""
+    params = {"W1": W1, "b1": b1, "W2": W2, "b2": b2}
+
+    def loss(p):
+        return (G_Z * (torch.tanh(X @ p["W1"] + p["b1"]) @ p["W2"] + p["b2"])).sum()
+
+    grads = {}
+    for name, tensor in params.items():
+        grad = torch.zeros_like(tensor)
+        for i in range(tensor.numel()):
+            for sign in (1, -1):
+                moved = {key: value.clone() for key, value in params.items()}
+                moved[name].view(-1)[i] += sign * 1e-6
+                grad.view(-1)[i] += sign * loss(moved) / 2e-6
+        grads[name] = grad
+    return grads
+
+
+def _mlp_backward_by_batched_differences(X, W1, b1, W2, b2, G_Z):
+    """Central differences with every perturbation of a parameter in one batched forward pass (per sign)."""
+    params = {"W1": W1, "b1": b1, "W2": W2, "b2": b2}
+    grads = {}
+    for name, tensor in params.items():
+        steps = torch.eye(tensor.numel(), dtype=tensor.dtype).view(-1, *tensor.shape) * 1e-6
+        losses = []
+        for sign in (1, -1):
+            moved = {key: value.expand(steps.shape[0], *value.shape) for key, value in params.items()}
+            moved[name] = tensor + sign * steps
+            Z = torch.tanh(X @ moved["W1"] + moved["b1"].unsqueeze(1)) @ moved["W2"] + moved["b2"].unsqueeze(1)
+            losses.append((G_Z * Z).sum((1, 2)))
+        grads[name] = ((losses[0] - losses[1]) / 2e-6).view(tensor.shape)
+    return grads
+
+
 WITHOUT_AUTOGRAD = no_autograd()   # no backward pass, no forward mode, no torch.func: judged on what ran
+# The chain rule recomputes the forward once (the reference runs tanh once and 4 matrix products). A numerical
+# derivative runs the network once per parameter entry (tanh and the products hundreds of times), or once on a
+# batch of perturbed copies (a tensor many times the largest argument: the broadcast outer products of a
+# chain-rule answer stay within 7 times it on every case). Judged on the aten ops that ran.
+CHAIN_RULE = Method(
+    name="the chain rule (no numerical derivative)",
+    holds=lambda facts: facts["ops"].get("aten::tanh", 0) + facts["ops"].get("aten::exp", 0) + facts["ops"].get("aten::sigmoid", 0) + facts["ops"].get("aten::expm1", 0) <= 6 and facts["ops"].get("aten::mm", 0) + facts["ops"].get("aten::addmm", 0) + facts["ops"].get("aten::bmm", 0) <= 16 and facts["largest_numel"] <= 8 * facts["largest_input_numel"],
+    message=("your answer evaluated the network many times, or on a batch of perturbed copies of its parameters: "
+             "that is a numerical derivative, not the backward pass. Recompute the forward pass once and apply "
+             "the chain rule, one layer at a time, from the output down."),
+    tag="finite_differences", sizes=True)
 
 
 register(Exercise(
@@ -276,9 +322,11 @@ register(Exercise(
                       "not the mean.",
                       _dict_detector(_mlp_bias_mean)),
     ),
-    method=WITHOUT_AUTOGRAD,
+    method=(WITHOUT_AUTOGRAD, CHAIN_RULE),
     wrong_answers=(
         WrongAnswer(_mlp_backward_by_autograd, expect="used_autograd"),
+        WrongAnswer(_mlp_backward_by_finite_differences, expect="finite_differences"),
+        WrongAnswer(_mlp_backward_by_batched_differences, expect="finite_differences", note="one batched forward"),
         WrongAnswer(_mlp_backward_by_jacfwd, expect="used_autograd", note="forward mode is autograd too"),
         WrongAnswer(_mlp_backward_by_private_engine, expect="used_autograd", note="the engine called directly"),
         WrongAnswer(_mlp_backward_forging_the_count, expect="used_autograd", note="the engine's counter reset"),
