@@ -114,6 +114,14 @@ _BEHAVIOURS = (
         Variant("0", 2, "saves an empty placeholder tensor of shape (0,) plus the segment input"),
         Variant("2.12.0", 1, "saves only the segment input"),
     )),
+    Behaviour("checkpoint_reentrant_deadline", "the warning of checkpoint called without use_reentrant", (
+        Variant("0", "In version 2.5", "says \"In version 2.5 we will raise an exception if use_reentrant is not "
+                "passed\" (measured on 2.5.1, which does not raise)"),
+        Variant("2.13.0", "Starting in PyTorch 2.9", "says \"Starting in PyTorch 2.9, calling checkpoint without "
+                "use_reentrant will raise an exception\" (measured on 2.13.0, which does not raise)"),
+        Variant("2.15.0", "In a future release", "says \"In a future release, calling checkpoint without "
+                "use_reentrant will raise an exception\""),
+    )),
     Behaviour("selective_checkpointing", "CheckpointPolicy and create_selective_checkpoint_contexts", (
         Variant("0", False, "has no selective checkpointing API"),
         Variant("2.5.0", True, "has CheckpointPolicy and create_selective_checkpoint_contexts"),
