@@ -127,10 +127,11 @@ _BEHAVIOURS = (
         Variant("2.5.0", True, "has CheckpointPolicy and create_selective_checkpoint_contexts"),
     )),
     Behaviour("ddp_forward_sync_buffers", "DDP's forward_sync_buffers parameter", (
-        Variant("0", False, "controls the copy of rank 0's buffers at the start of a training forward with "
-                "broadcast_buffers (default True)"),
-        Variant("2.13.0", True, "controls the copy of rank 0's buffers at the start of a training forward with "
-                "forward_sync_buffers (on by default), which replaces the deprecated broadcast_buffers"),
+        Variant("0", False, "controls the copy of rank 0's buffers before a forward (train or eval) that follows "
+                "a grad-enabled forward outside no_sync() with broadcast_buffers (default True)"),
+        Variant("2.13.0", True, "controls the copy of rank 0's buffers before a forward (train or eval) that "
+                "follows a grad-enabled forward outside no_sync() with forward_sync_buffers (on by default), which "
+                "replaces the deprecated broadcast_buffers"),
     )),
     Behaviour("cuda_amp_spelling", "the torch.cuda.amp spelling of autocast, GradScaler and custom_fwd/custom_bwd", (
         # 2.3.1's torch/cuda/amp sources have no deprecation, 2.4.0's do (read from the released wheels);

@@ -7,8 +7,11 @@ the same seed and keeps its own slice, so the notebook can rebuild the whole
 batch in one process and check DDP against it.
 """
 
+import os
+import tempfile
 import time
-from contextlib import nullcontext
+import warnings
+from contextlib import contextmanager, nullcontext
 from datetime import timedelta
 
 import torch
@@ -41,14 +44,30 @@ def rank_slice(tensor, rank, world_size):
     return tensor[rank * share:(rank + 1) * share]
 
 
+@contextmanager
+def stderr_captured():
+    """Capture what this process writes to file descriptor 2 (torch's C++ code logs there) as ``text[0]``."""
+    text = [""]
+    with tempfile.TemporaryFile() as captured:
+        saved = os.dup(2)
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield text
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            text[0] = captured.read().decode(errors="replace")
+
+
 def grads_of(module):
     return {name: p.grad.detach().clone() for name, p in module.named_parameters() if p.grad is not None}
 
 
 def counting_allreduce(on_call):
-    """A DDP communication hook: the default averaging all-reduce, calling ``on_call()`` each time."""
+    """A DDP communication hook: the default averaging all-reduce, calling ``on_call(bucket)`` each time."""
     def hook(state, bucket):
-        on_call()
+        on_call(bucket)
         tensor = bucket.buffer().div_(dist.get_world_size())
         return dist.all_reduce(tensor, async_op=True).get_future().then(lambda fut: fut.value()[0])
     return hook
@@ -70,7 +89,7 @@ def accumulate(rank, world_size, micro_batches=4, micro_batch_size=2, use_no_syn
     """
     allreduces = []
     model = DDP(make_model())
-    model.register_comm_hook(None, counting_allreduce(lambda: allreduces.append(1)))
+    model.register_comm_hook(None, counting_allreduce(lambda bucket: allreduces.append(1)))
     inputs, targets = make_data(micro_batches * micro_batch_size * world_size)
     x, y = rank_slice(inputs, rank, world_size), rank_slice(targets, rank, world_size)
     for step, (xb, yb) in enumerate(zip(x.split(micro_batch_size), y.split(micro_batch_size))):
@@ -116,6 +135,8 @@ def unused_parameters(rank, world_size, find_unused_parameters=False, steps=2, f
     net = TwoHeads()
     net.aux.requires_grad_(not freeze_aux)
     model = DDP(net, find_unused_parameters=find_unused_parameters)
+    reduced = []   # the number of elements of each bucket DDP all-reduced, over all steps
+    model.register_comm_hook(None, counting_allreduce(lambda bucket: reduced.append(bucket.buffer().numel())))
     inputs, targets = make_data(4 * world_size)
     x, y = rank_slice(inputs, rank, world_size), rank_slice(targets, rank, world_size)
     for step in range(steps):
@@ -124,7 +145,7 @@ def unused_parameters(rank, world_size, find_unused_parameters=False, steps=2, f
         if step < steps - 1 or last_backward:
             loss.backward()
     return {"aux_grad_is_none": model.module.aux.weight.grad is None, "steps": steps,
-            "body_grads": grads_of(model.module.body)}
+            "body_grads": grads_of(model.module.body), "allreduced_sizes": reduced}
 
 
 def skip_backward(rank, world_size, skipping_rank=1, wait_seconds=2.0, stall_seconds=30.0):
@@ -159,9 +180,10 @@ def shifted_shard(inputs, rank, world_size):
 def batchnorm_statistics(rank, world_size, batch_per_rank=8, sync=False):
     """BatchNorm running statistics after one training forward, per rank (``sync``: SyncBatchNorm).
 
-    Then three more forwards: an evaluation forward under ``no_grad``, and two training
-    forwards under ``no_grad``; ``starts`` holds the ``running_mean`` each of the four
-    forwards found when it began (a forward pre-hook on the BatchNorm layer).
+    Then six more forwards: an evaluation forward under ``no_grad``; two training forwards
+    under ``no_grad``; a training forward and backward inside ``no_sync()``, one outside it;
+    a training forward under ``no_grad``.  ``starts`` holds the ``running_mean`` each of the
+    seven forwards found when it began (a forward pre-hook on the BatchNorm layer).
     """
     model = make_batchnorm_model()
     if sync:
@@ -182,6 +204,11 @@ def batchnorm_statistics(rank, world_size, batch_per_rank=8, sync=False):
     with torch.no_grad():
         model(shard)
         model(shard)
+    with model.no_sync():
+        model(shard).sum().backward()   # forward 5: grad-enabled, inside no_sync()
+    model(shard).sum().backward()       # forward 6: grad-enabled, outside no_sync()
+    with torch.no_grad():
+        model(shard)                    # forward 7
     statistics["starts"] = starts
     return statistics
 
@@ -256,12 +283,13 @@ class TwoBranches(nn.Module):
         return left + right
 
 
-def bucket_events(rank, world_size, firsts=("left", "left", "right")):
+def bucket_events(rank, world_size, firsts=("left", "left", "right"), **ddp_options):
     """One backward per entry of ``firsts``; per iteration, the order of gradient and all-reduce events.
 
     Buckets are capped at a little less than one branch's parameters, so each branch
     can get a bucket of its own; a communication hook notes each all-reduce DDP starts
     (and which parameters its bucket holds), a post-accumulate hook each gradient that lands.
+    ``ddp_options`` (``find_unused_parameters``, ``static_graph``) go to DDP.
     """
     torch.manual_seed(0)
     model = TwoBranches()
@@ -269,7 +297,7 @@ def bucket_events(rank, world_size, firsts=("left", "left", "right")):
     for name, p in model.named_parameters():
         p.register_post_accumulate_grad_hook(lambda _, name=name: events.append(f"{name} landed"))
     branch_bytes = sum(p.numel() * p.element_size() for p in model.left.parameters())
-    ddp = DDP(model, bucket_cap_mb=0.99 * branch_bytes / 2**20)
+    ddp = DDP(model, bucket_cap_mb=0.99 * branch_bytes / 2**20, **ddp_options)
     names = {id(p): name for name, p in ddp.module.named_parameters()}
 
     def hook(state, bucket):
@@ -280,10 +308,11 @@ def bucket_events(rank, world_size, firsts=("left", "left", "right")):
     ddp.register_comm_hook(None, hook)
     x = make_data(4, seed=rank + 1)[0].repeat(1, 16)
     per_iteration = []
-    for first in firsts:
-        events.clear()
-        ddp(x, first=first).pow(2).mean().backward()
-        per_iteration.append(list(events))
+    with stderr_captured():   # find_unused_parameters=True logs that it found nothing unused
+        for first in firsts:
+            events.clear()
+            ddp(x, first=first).pow(2).mean().backward()
+            per_iteration.append(list(events))
     return {"events": per_iteration}
 
 
@@ -304,3 +333,27 @@ def spawned_rank(rank, world_size, port, folder):
             json.dump({"rank": rank, "process": os.getpid(), "all_reduced": float(total)}, file)
     finally:
         dist.destroy_process_group()
+
+
+def find_unused_notice(rank, world_size):
+    """Two steps with ``find_unused_parameters=True`` on a model that uses every parameter.
+
+    Returns what the rank wrote to its standard error (where torch's C++ code logs) and the
+    Python warnings raised, during those steps.
+    """
+    model = DDP(make_model(), find_unused_parameters=True)
+    inputs, targets = make_data(4 * world_size)
+    x, y = rank_slice(inputs, rank, world_size), rank_slice(targets, rank, world_size)
+    with stderr_captured() as stderr, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            model.zero_grad()
+            F.mse_loss(model(x), y).backward()
+    return {"stderr": stderr[0], "warnings": [str(w.message) for w in caught]}
+
+
+def failing_rank(rank, fail_rank=1, seconds=30.0):
+    """A function for ``torch.multiprocessing``: rank ``fail_rank`` raises, the others sleep."""
+    if rank == fail_rank:
+        raise ValueError(f"rank {rank} failed")
+    time.sleep(seconds)

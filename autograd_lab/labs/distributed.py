@@ -24,6 +24,7 @@ name; one written in a notebook travels by value (``shipping``), which a plain
 """
 
 import io
+import logging
 import os
 import queue
 import re
@@ -32,6 +33,7 @@ import subprocess
 import sys
 import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -101,6 +103,26 @@ def single_process_group():
         os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback_interface())
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     return dist.group.WORLD
+
+
+@contextmanager
+def recorded_log(name):
+    """Keep the messages of logger ``name`` in a list instead of printing them (to stderr)."""
+    messages = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            messages.append(record.getMessage())
+
+    logger = logging.getLogger(name)
+    handler, propagate = Keep(), logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield messages
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
 
 
 _NCCL_TIMEOUT_SOURCE = re.compile(
