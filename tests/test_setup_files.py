@@ -123,7 +123,8 @@ def test_ensure_dot_is_quiet_and_quick_when_dot_exists():
 
 
 def test_make_test_browser_reuses_a_site_that_is_up_to_date(tmp_path):
-    # The site is a file target: rebuilt when a notebook or the package changed, not every time.
+    # The executed notebooks and the site are file targets: run again when a notebook or the
+    # package changed, not every time.
     import os
     import shutil
     import subprocess
@@ -131,21 +132,22 @@ def test_make_test_browser_reuses_a_site_that_is_up_to_date(tmp_path):
 
     shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
     files = ["pyproject.toml", "requirements/course.txt", "notebooks/01_a.ipynb", "autograd_lab/viz/graph.py",
-             "autograd_lab_solutions/nb01_a.py", ".venv/.installed", "build/site/.built"]
+             "autograd_lab_solutions/nb01_a.py", ".venv/.installed", "build/executed/.ran", "build/site/.built"]
     old = time.time() - 100
     for name in files:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("")
         os.utime(tmp_path / name, (old, old))
         old += 10  # in this order: the stamp after the set-up files, the site last
-    builds_site = lambda: "autograd_lab.course.site" in subprocess.run(
-        ["make", "-n", "test-browser"], cwd=tmp_path, capture_output=True, text=True, timeout=60).stdout
-    assert not builds_site()
+    plan = lambda: subprocess.run(["make", "-n", "test-browser"], cwd=tmp_path, capture_output=True,
+                                  text=True, timeout=60).stdout
+    assert "autograd_lab.course" not in plan()
     for changed in ("notebooks/01_a.ipynb", "autograd_lab/viz/graph.py"):
-        os.utime(tmp_path / changed)  # now: newer than the site
-        assert builds_site(), changed
-        os.utime(tmp_path / "build/site/.built")
-        assert not builds_site()
+        os.utime(tmp_path / changed)  # now: newer than the executed copies and the site
+        assert "autograd_lab.course.executed" in plan() and "autograd_lab.course.site" in plan(), changed
+        for stamp in ("build/executed/.ran", "build/site/.built"):
+            os.utime(tmp_path / stamp)
+        assert "autograd_lab.course" not in plan()
 
 
 def test_setup_says_what_it_does_step_by_step():
