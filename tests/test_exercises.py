@@ -1,6 +1,7 @@
 """The exercise engine: check, results, misconceptions, hermetic runs, timeouts, hints, solutions."""
 
 import dataclasses
+import functools
 import json
 import os
 import subprocess
@@ -716,6 +717,35 @@ def test_no_data_attribute_rejects_a_write_through_data():
     result = check("99.sample", _sgd_data)
     assert result.misconception == "data_write" and "`.data`" in result.messages[0]
     assert "asks for updates autograd can see" in result.messages[0]
+
+
+def _sgd_foreach(p, lr):
+    with torch.no_grad():
+        torch._foreach_add_([p], [p.grad], alpha=-lr)   # a dispatch mode does not move a _foreach_ op's counters
+
+
+def _sgd_data_then_bump(p, lr):
+    p.data.sub_(lr * p.grad)
+    with torch.no_grad():
+        p.mul_(1.0)                                       # a no-op that moves the counter afterwards
+
+
+def _sgd_data_then_hidden_bump(p, lr):
+    p.data.sub_(lr * p.grad)
+    functools.partial(torch._C._increment_version)([p])  # the counter moved by a call no profile hook sees
+
+
+def _sgd_numpy_then_bump(p, lr):
+    values = p.detach().numpy()
+    values -= lr * p.grad.numpy()
+    p.detach().add_(0)
+
+
+def test_no_data_attribute_judges_each_write_when_it_runs():
+    make(reference=_sgd_no_grad, inputs=_sgd_inputs, compare=("args",), modifies="all", method=no_data_attribute())
+    assert check("99.sample", _sgd_foreach).status == "passed"
+    for hidden in (_sgd_data_then_bump, _sgd_data_then_hidden_bump, _sgd_numpy_then_bump):
+        assert check("99.sample", hidden).misconception == "data_write", hidden.__name__
 
 
 def _vjp_by_grad(x):

@@ -25,8 +25,14 @@ actually ran, not what the answer's names say.
   ``tape_intact``: no recorder was switched off by the answer;
 * ``answer_kind``: ``"autograd.Function"`` for a ``torch.autograd.Function`` subclass, else
   ``"function"``; with ``own_backward_ops`` (ops run by that Function's own backward);
-* ``silent_writes``: tensor arguments (a module's parameters included) whose values
-  changed while their version counter did not move: a write through ``.data``;
+* ``silent_writes``: tensor arguments (a module's parameters included) written behind
+  their version counter's back: their values changed while the counter did not move (a
+  write through ``.data``); and, for a method that asks for the write ledger
+  (``WRITES_SPEC`` in its watch list: ``no_data_attribute``), any write into an
+  argument's memory through a tensor that does not share its counter, judged when the op
+  runs, so a later no-op in-place op (``p.data.sub_(...)`` then ``p.mul_(1.0)``) or a
+  counter set by hand cannot hide it, or a change no dispatched op made (a NumPy view)
+  (``_WriteLedger``);
 * ``samplers_built`` / ``scalers_built``: ``DistributedSampler`` / ``GradScaler`` objects
   constructed through ``__init__``;
 * ``tiny_engine_runs``: calls of the course's tiny engine's ``Value.backward``;
@@ -45,8 +51,14 @@ import contextlib
 
 import torch
 import torch.utils.data
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
-from .tape import Tape
+from .tape import Tape, _storage_key, _tensors
+
+# A method whose watch list holds this spec asks for the write ledger (``_WriteLedger``); watching
+# it also catches the answer setting a version counter by hand, which would hide a silent write.
+WRITES_SPEC = "code:torch._C._autograd:_unsafe_set_version_counter"
+VERSION_FORGERS = (WRITES_SPEC, "code:torch._C:_increment_version")
 
 FACTS = ("engine_runs", "nested_engine_runs", "backward_ops", "backward_op_names", "forward_ad", "ops",
          "library_derivatives", "largest_numel", "largest_input_numel", "output_from_engine", "ran", "copied",
@@ -175,27 +187,165 @@ def watch(tensors, *, watchlist=(), answer=None, sizes=True):
     scalers = _CountingConstructions(torch.amp.GradScaler)
     tiny = _TinyEngineRuns()
     tape = Tape(watchlist, own=function_class, profile=bool(watchlist))   # the profile hook only for bans
+    ledger = _WriteLedger(tensors) if WRITES_SPEC in watchlist else None
     try:
-        with samplers, scalers, tiny, tape:
+        # The ledger's mode goes on first: its entering and leaving happen outside the tape's profile hook.
+        with samplers, scalers, tiny, (ledger if ledger is not None else contextlib.nullcontext()), tape:
             yield result
     finally:
-        result.facts = dict(tape.facts(),
+        # With the ledger, its record replaces the counters' before and after: a dispatch mode
+        # does not move the counters of ``_foreach_*_`` ops, which would read as silent writes.
+        silent = ledger.silent_writes() if ledger is not None else _silent_writes(before)
+        facts = tape.facts()
+        if ledger is not None:
+            facts["tape_intact"] = facts["tape_intact"] and ledger.intact
+            _discount(facts["ran"], VERSION_FORGERS, ledger.own_counter_calls)
+        result.facts = dict(facts,
                             output_from_engine=tape.output_from_engine(result.output),
                             largest_input_numel=max((t.numel() for t in tensors), default=0),
                             answer_kind="autograd.Function" if function_class else "function",
-                            silent_writes=_silent_writes(before),
+                            silent_writes=len(silent),
                             samplers_built=samplers.built, scalers_built=scalers.built,
                             tiny_engine_runs=tiny.runs, tiny_backwards=tiny.backwards(),
                             tiny_own_backwards=tiny.own(), tiny_missing_backwards=len(tiny._missing))
 
 
+def _discount(ran, specs, calls):
+    """Take the ledger's own probes (one call of each of ``specs`` per probe) off what the answer ran."""
+    for spec in specs:
+        left = ran.get(spec, 0) - calls
+        if left > 0:
+            ran[spec] = left
+        else:
+            ran.pop(spec, None)
+
+
 def _silent_writes(before):
-    count = 0
-    for tensor, version, value in before:
-        changed = value.shape != tensor.shape or not _same_values(value, tensor.detach())
-        if changed and tensor._version == version:
-            count += 1
-    return count
+    """Indices of the tensors whose values changed while their version counter did not move."""
+    return {index for index, (tensor, version, value) in enumerate(before)
+            if _changed(value, tensor) and tensor._version == version}
+
+
+def _changed(value, tensor):
+    return value.shape != tensor.shape or not _same_values(value, tensor.detach())
+
+
+class _WriteLedger(TorchDispatchMode):
+    """Every write into the arguments' memory, and whether each argument's version counter sees it.
+
+    An op that writes a tensor in place (its schema marks the argument ``a!``: ``sub_``,
+    ``copy_``, ``out=``, a ``_foreach_*_`` list) into an argument's storage is seen by
+    autograd only if the tensor written shares the argument's version counter (the
+    argument itself, a view, a ``detach()``); ``.data`` has a counter of its own.  That is
+    decided when the op runs (``_shares_counter``), so no later move of the counter (a
+    no-op in-place op, a counter set by hand) can hide it, and ``_foreach_*_`` ops, whose
+    counters a dispatch mode does not move, are judged like any other.  A change that no
+    dispatched op made (through a NumPy view, or ``p.data = ...``) shows as values that
+    differ from those after the last seen write.  Either is a silent write.  The bookkeeping
+    runs with no mode active, so the tape's op counts see only the answer's ops.
+    """
+
+    @classmethod
+    def _should_skip_dynamo(cls):
+        return False            # as the tape's mode: nothing compiles under it (tape._Ops)
+
+    def __init__(self, tensors):
+        super().__init__()
+        self.tensors = list(tensors)
+        self.values = [t.detach().clone() for t in self.tensors]
+        self.silent = set()
+        self.intact = True
+        self.own_counter_calls = 0      # probes run: each calls both forgers' builtins once (``watch`` discounts them)
+        self._writes = {}
+
+    def __enter__(self):
+        super().__enter__()
+        return self
+
+    def __exit__(self, *exc_info):
+        stack = _get_current_dispatch_mode_stack()
+        if self not in stack:           # the answer popped it: what it did next was not seen
+            self.intact = False
+            return False
+        while _get_current_dispatch_mode_stack() and _get_current_dispatch_mode_stack()[-1] is not self:
+            torch._C._pop_torch_dispatch_stack()   # a mode the answer left open
+        return super().__exit__(*exc_info)
+
+    def _written(self, func, args, kwargs):
+        positions = self._writes.get(func)
+        if positions is None:
+            positions = self._writes[func] = tuple(
+                (index, argument.name) for index, argument in enumerate(func._schema.arguments)
+                if argument.alias_info is not None and argument.alias_info.is_write)
+        found = []
+        for index, name in positions:
+            found += _tensors(args[index] if index < len(args) else kwargs.get(name))
+        return found
+
+    def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        written = self._written(func, args, kwargs)
+        hits = []
+        if written:
+            with torch._C._DisableTorchDispatch():
+                keyed = [(key[0], tensor) for key, tensor in zip(map(_storage_key, written), written) if key is not None]
+                for index, argument in enumerate(self.tensors):
+                    key = _storage_key(argument)
+                    into = [tensor for storage, tensor in keyed if key is not None and storage == key[0]]
+                    if into:
+                        self._compare(index)
+                        if not all(self._shares_counter(tensor, argument) for tensor in into):
+                            self.silent.add(index)
+                        hits.append(index)
+        out = func(*args, **kwargs)
+        if hits:
+            with torch._C._DisableTorchDispatch():
+                for index in hits:
+                    self.values[index] = self.tensors[index].detach().clone()
+        return out
+
+    def _shares_counter(self, tensor, argument):
+        """Whether a write through ``tensor`` moves ``argument``'s counter: move ``tensor``'s, look, put it back."""
+        if tensor is argument:
+            return True
+        try:
+            tensor_version, argument_version = tensor._version, argument._version
+        except RuntimeError:            # an inference tensor has no counter to compare
+            return True
+        torch._C._increment_version([tensor])    # a list: a tensor itself would be iterated, row by row
+        shared = argument._version != argument_version
+        _set_version(tensor, tensor_version)
+        self.own_counter_calls += 1
+        return shared
+
+    def _compare(self, index):
+        if _changed(self.values[index], self.tensors[index]):   # changed since the last write we saw
+            self.silent.add(index)
+
+    def silent_writes(self):
+        """Indices of the arguments written behind their counter's back."""
+        for index in range(len(self.tensors)):
+            self._compare(index)
+        return set(self.silent)
+
+
+def _setter_takes_sequences():
+    try:
+        torch._C._autograd._unsafe_set_version_counter((torch.zeros(()),), (0,))   # the signature from 2.6 on
+        return True
+    except TypeError:                                                           # 2.5: one tensor, one int
+        return False
+
+
+# Decided once, here: a failed try inside a check would be one more call the profile hook counts.
+_SETTER_TAKES_SEQUENCES = _setter_takes_sequences()
+
+
+def _set_version(tensor, version):
+    if _SETTER_TAKES_SEQUENCES:
+        torch._C._autograd._unsafe_set_version_counter((tensor,), (version,))
+    else:
+        torch._C._autograd._unsafe_set_version_counter(tensor, version)
 
 
 def _same_values(a, b):

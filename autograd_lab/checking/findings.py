@@ -50,6 +50,9 @@ ERROR_ADVICE = (
      "Usual cause: one of the tensors you asked a gradient for is not on the path to the output."),
     ("Can't call numpy() on Tensor that requires grad",
      "Usual cause: a tensor in the graph was handed to NumPy: call `.detach()` first, or stay in torch."),
+    ("'NoneType'",
+     "Usual cause, when that `None` is a `.grad`: a tensor that took no part in the loss got no gradient "
+     "(`None`, not zeros); an update skips it, as `torch.optim` does."),
 )
 
 

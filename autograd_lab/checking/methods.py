@@ -19,6 +19,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from .facts import VERSION_FORGERS
 from .tape import spec_of
 
 
@@ -332,14 +333,29 @@ def no_optimizer():
 # --- in-place updates, the tiny engine, checkpoints ---------------------------------------
 
 def no_data_attribute():
-    """No write through ``.data``: a tensor argument must not change behind autograd's back."""
+    """No write through ``.data``: a tensor argument must not change behind autograd's back.
+
+    The write ledger (``facts._WriteLedger``) sees every write into an argument's memory, so
+    a ``.data`` write followed by an in-place op that moves the counter for show is still one;
+    setting a version counter by hand (``_unsafe_set_version_counter``, ``_increment_version``)
+    is refused too, since it would hide one.
+    """
+    def explain(facts):
+        if _ran(facts, VERSION_FORGERS):
+            return ("your answer moved a version counter by hand (`torch._C._autograd._unsafe_set_version_counter` "
+                    "or `torch.autograd.graph.increment_version`), which hides a write from autograd. Update the "
+                    "tensor in place under `torch.no_grad()` instead.")
+        return None
+
     return Method(
         name="updates autograd can see (no `.data`)",
-        holds=lambda facts: facts["silent_writes"] == 0,
-        message=("your answer changed a tensor without moving its version counter, which is what a write "
-                 "through `.data` does; autograd cannot see such a write. Update it in place under "
-                 "`torch.no_grad()` instead."),
-        tag="data_write", origin=_made("no_data_attribute"))
+        holds=lambda facts: facts["silent_writes"] == 0 and not _ran(facts, VERSION_FORGERS),
+        explain=explain,
+        message=("your answer wrote into a tensor without moving its version counter, which is what a write "
+                 "through `.data` (or into a NumPy view of it) does, even if an in-place op moved the counter "
+                 "afterwards; autograd cannot see such a write. Update it in place under `torch.no_grad()` "
+                 "instead."),
+        tag="data_write", watch=VERSION_FORGERS, origin=_made("no_data_attribute"))
 
 
 def tiny_engine_op(op):
