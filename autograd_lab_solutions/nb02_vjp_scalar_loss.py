@@ -285,10 +285,11 @@ WITHOUT_AUTOGRAD = no_autograd()   # no backward pass, no forward mode, no torch
 # The chain rule recomputes the forward once (the reference runs tanh once and 4 matrix products). A numerical
 # derivative runs the network once per parameter entry (tanh and the products hundreds of times), or once on a
 # batch of perturbed copies (a tensor many times the largest argument: the broadcast outer products of a
-# chain-rule answer stay within 7 times it on every case). Judged on the aten ops that ran.
+# chain-rule answer stay within 7 times it on every case). Judged on the aten ops that ran; one line of
+# subscripts only (a release carries the predicate as text, with no names to look up: hence no dict.get).
 CHAIN_RULE = Method(
     name="the chain rule (no numerical derivative)",
-    holds=lambda facts: facts["ops"].get("aten::tanh", 0) + facts["ops"].get("aten::exp", 0) + facts["ops"].get("aten::sigmoid", 0) + facts["ops"].get("aten::expm1", 0) <= 6 and facts["ops"].get("aten::mm", 0) + facts["ops"].get("aten::addmm", 0) + facts["ops"].get("aten::bmm", 0) <= 16 and facts["largest_numel"] <= 8 * facts["largest_input_numel"],
+    holds=lambda facts: {"aten::tanh": 0, **facts["ops"]}["aten::tanh"] + {"aten::exp": 0, **facts["ops"]}["aten::exp"] + {"aten::sigmoid": 0, **facts["ops"]}["aten::sigmoid"] <= 6 and {"aten::mm": 0, **facts["ops"]}["aten::mm"] + {"aten::addmm": 0, **facts["ops"]}["aten::addmm"] + {"aten::bmm": 0, **facts["ops"]}["aten::bmm"] <= 16 and facts["largest_numel"] <= 8 * facts["largest_input_numel"],
     message=("your answer evaluated the network many times, or on a batch of perturbed copies of its parameters: "
              "that is a numerical derivative, not the backward pass. Recompute the forward pass once and apply "
              "the chain rule, one layer at a time, from the output down."),
