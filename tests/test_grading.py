@@ -2,8 +2,9 @@
 
 The end-to-end batch (one run, module-scoped) starts real kernels, so it takes a
 while on a busy 2-core machine; so do the saturation test (the resource attacks
-graded idle, then again with the machine saturated on purpose), the solved
-notebooks (every exercise, sandboxed and not) and the SIGTERM test.  Every other
+graded idle, then again with the machine saturated on purpose) and the SIGTERM test.
+The solved notebooks are graded in ``test_grading_solved.py``, a file of its own so
+that the two pytest workers (``--dist loadfile``) share the grading.  Every other
 test here runs without a kernel.  ``AUTOGRAD_LAB_KERNEL_PYTHON`` grades with
 another Python (a CUDA build of torch, for example).
 """
@@ -18,7 +19,6 @@ import subprocess
 import sys
 import time
 from argparse import Namespace
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -38,7 +38,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 from fixtures.grading.attacks import ATTACKS, DAEMON_ONLY, MARKER, write_attacks  # noqa: E402
 from fixtures.grading.red_team import (LEAK, RED_TEAM, RESOURCE_ATTACKS, SECRET_PATH,  # noqa: E402
                                        write_red_team)
-from fixtures.grading.solved import short_of_full_marks, solved_notebooks  # noqa: E402
 from fixtures.grading.submissions import EXPECTED, base_cells, write_submissions  # noqa: E402
 
 CUBE = checking.get("00.cube_grad")
@@ -581,27 +580,6 @@ def test_grades_are_the_same_on_a_saturated_machine(tmp_path):
         beside.wait(timeout=300)
         load.wait(timeout=60)
     assert busy == idle
-
-
-# --- every exercise grades, in every mode ---------------------------------------------
-
-@pytest.fixture(scope="module")
-def solved(tmp_path_factory):
-    return solved_notebooks(tmp_path_factory.mktemp("solved"))
-
-
-@pytest.mark.parametrize("mode", ["bubblewrap", "none"])
-def test_every_exercise_of_the_solved_notebooks_gets_full_marks(solved, tmp_path, mode):
-    def grade(item):
-        number, path = item
-        options = _options(tmp_path / number, jobs=1, cell_timeout=120, notebooks=(number,), progress=False,
-                           sandbox=mode, allow_unsandboxed=mode == "none")
-        return number, grade_batch([str(path)], options)[0]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        graded = dict(pool.map(grade, sorted(solved.items())))
-    assert {number: short_of_full_marks(report) for number, report in graded.items()} == \
-        {number: [] for number in solved}
-    assert sum(len(report["exercises"]) for report in graded.values()) == len(checking.all_exercises())
 
 
 # --- no sandbox: still nothing survives ---------------------------------------------------
