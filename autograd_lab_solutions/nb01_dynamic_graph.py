@@ -8,11 +8,11 @@ import math
 
 import torch
 
-from autograd_lab.checking import (Exercise, Method, Misconception, WrongAnswer, claims, register,
+from autograd_lab.checking import (Exercise, Method, Misconception, WrongAnswer, claims, no_library, register,
                                     tiny_engine_op)
 from autograd_lab.labs.memory import saved_tensors
 from autograd_lab_solutions._mutants import mutant
-from autograd_lab.labs.tiny_engine import Value
+from autograd_lab.labs.tiny_engine import EXPRESSIONS, Value, gradients_through
 
 # --- 01.who_gets_grad --------------------------------------------------------
 
@@ -136,14 +136,24 @@ def _count_without_leaves(output):
     return counts
 
 
+def _count_by_drawing(output):
+    """A shortcut: the course's drawing walks the graph, the answer only counts its labels."""
+    import collections
+
+    from autograd_lab import draw
+    return dict(collections.Counter(draw(output).ops()))
+
+
 register(Exercise(
     id="01.count_nodes",
     title="Walk the graph and count its nodes",
     answer_name="count_nodes",
     reference=count_nodes,
     inputs=_count_inputs,
+    # The walk is the skill: the course's drawing and tracing helpers walk the graph for you.
+    method=no_library("code:autograd_lab.viz", name="your own walk of the graph", tag="used_library"),
     hints=(
-        "Start from output.grad_fn and follow node.next_functions, a tuple of (node, input_number) pairs; "
+        "Start from output.grad_fn and follow node.next_functions, a tuple of (node, output_nr) pairs; "
         "skip the None entries.",
         "Count type(node).__name__ for each node. AccumulateGrad nodes count too.",
         "A node can be reached along several paths (h is used three times). Keep a set of visited nodes: "
@@ -164,6 +174,7 @@ register(Exercise(
         WrongAnswer(_count_every_path, expect="counted_twice"),
         WrongAnswer(_count_without_leaves, expect="missed_accumulate"),
         WrongAnswer(lambda output: {type(output.grad_fn).__name__: 1}, expect="structure"),
+        WrongAnswer(_count_by_drawing, expect="used_library", note="draw(output).ops() does the walk"),
     ),
 ))
 
@@ -233,22 +244,14 @@ register(Exercise(
 # --- 01.tiny_tanh ------------------------------------------------------------
 
 
-def tiny_tanh_grads(xs):
-    def tanh(a):
-        t = math.tanh(a.data)
-        out = Value(t, (a,), "tanh")
+def tiny_tanh(a):
+    t = math.tanh(a.data)
+    out = Value(t, (a,), "tanh")
 
-        def _backward():
-            a.grad += (1 - t * t) * out.grad  # local derivative times the gradient arriving at out
-        out._backward = _backward
-        return out
-
-    grads = []
-    for x in xs.tolist():
-        a = Value(x)
-        (tanh(a) * a).backward()
-        grads.append(a.grad)
-    return torch.tensor(grads, dtype=xs.dtype)
+    def _backward():
+        a.grad += (1 - t * t) * out.grad  # local derivative times the gradient arriving at out
+    out._backward = _backward
+    return out
 
 
 def _engine_names():
@@ -256,106 +259,163 @@ def _engine_names():
     return {"Value": Value}
 
 
+_EXPRESSIONS = tuple(EXPRESSIONS)
+
+
 def _tanh_inputs(seed, hidden):
+    """Numbers, and the expression the check builds around the answer's tanh: it varies with the seed.
+
+    Public seeds 0, 1, 2 take the first three expressions, hidden 101, 102, 103 the last three, so
+    the public cases already send every kind of gradient into the node that the hidden ones do.
+    """
     generator = torch.Generator().manual_seed(seed)
     size = 8 if hidden else 5
-    return (torch.randn(size, generator=generator, dtype=torch.float64),)
+    return (torch.randn(size, generator=generator, dtype=torch.float64), _EXPRESSIONS[seed % len(_EXPRESSIONS)])
 
 
 def _wrong_tanh(backward_line):
-    """The reference with its tanh backward line replaced: one mistake, nothing else changed."""
-    return mutant(tiny_tanh_grads, "a.grad += (1 - t * t) * out.grad", backward_line)
+    """The reference with its backward line replaced: one mistake, nothing else changed."""
+    return mutant(tiny_tanh, "a.grad += (1 - t * t) * out.grad", backward_line)
 
 
-def _true_parts(xs):
-    """tanh(x) and its derivative at each x, the pieces of every wrong answer's formula."""
-    t = torch.tanh(xs)
-    return t, 1 - t * t
+_FORGOT_CHAIN = _wrong_tanh("a.grad += 1 - t * t")
+_OVERWROTE = _wrong_tanh("a.grad = (1 - t * t) * out.grad")
+_AT_INPUT = _wrong_tanh("a.grad += (1 - a.data * a.data) * out.grad")
+_NO_LOCAL = _wrong_tanh("a.grad += out.grad")
+_STOPPED = _wrong_tanh("pass")
 
 
-def _matches(student, expected):
-    return torch.is_tensor(student) and student.shape == expected.shape and torch.allclose(student, expected)
+def _gives(wrong_tanh):
+    """A detector: the student's numbers are what ``wrong_tanh`` gives in this case's expression.
+
+    It recomputes through the same engine and expression, so it recognises the mistake in every
+    expression the check builds (where a mistake makes no difference, the answer is right there).
+    """
+    def detect(student, reference, args):
+        if not (torch.is_tensor(student) and student.shape == reference.shape):
+            return False
+        expected = gradients_through(wrong_tanh, *args)
+        return torch.allclose(student, expected) and not torch.allclose(expected, reference)
+    return detect
 
 
-def _forgot_chain(student, reference, args):
-    t, local = _true_parts(args[0])
-    return _matches(student, local + t)  # (1 - t^2) * 1 instead of (1 - t^2) * x, plus the mul path
+def _tanh_local_by_autograd(a):
+    """A shortcut the prompt rules out: the local derivative from PyTorch's autograd on torch.tanh."""
+    x = torch.tensor(a.data, dtype=torch.float64, requires_grad=True)
+    y = torch.tanh(x)
+    y.backward()
+    local = x.grad.item()
+    out = Value(y.item(), (a,), "tanh")
+
+    def _backward():
+        a.grad += local * out.grad
+    out._backward = _backward
+    return out
 
 
-def _overwrote(student, reference, args):
-    t, local = _true_parts(args[0])
-    return _matches(student, local * args[0])  # a.grad = ... threw away the mul path's t
+def _tanh_local_by_forward_ad(a):
+    """The same with forward-mode AD: a dual number gives the local derivative."""
+    import torch.autograd.forward_ad as fwAD
+
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(torch.tensor(a.data, dtype=torch.float64), torch.tensor(1.0, dtype=torch.float64))
+        primal, tangent = fwAD.unpack_dual(torch.tanh(dual))
+    out = Value(primal.item(), (a,), "tanh")
+    local = tangent.item()
+
+    def _backward():
+        a.grad += local * out.grad
+    out._backward = _backward
+    return out
 
 
-def _tanh_by_torch_autograd(xs):
-    """A shortcut the prompt rules out: PyTorch's autograd on torch.tanh, the tiny engine never runs."""
-    x = xs.detach().clone().requires_grad_()
-    (torch.tanh(x) * x).sum().backward()
-    return x.grad
+def _tanh_never_attached(a):
+    """The node is built but its closure is never attached: the engine runs the do-nothing default."""
+    t = math.tanh(a.data)
+    out = Value(t, (a,), "tanh")
+
+    def _backward():
+        a.grad += (1 - t * t) * out.grad
+    return out
 
 
-def _tanh_formula_typed(xs):
-    """The other shortcut: d/dx [tanh(x) x] = tanh(x) + x (1 - tanh(x)^2), typed in; no engine at all."""
-    t = torch.tanh(xs)
-    return t + xs * (1 - t ** 2)
+def _tanh_without_parent(a):
+    """The number is right, but the node does not know its input: no gradient can reach a."""
+    return Value(math.tanh(a.data))
 
 
-def _tanh_graph_without_backward(xs):
-    """The graph is built with a 'tanh' node, but the derivative is typed, not backpropagated."""
-    grads = []
-    for x in xs.tolist():
-        a = Value(x)
-        t = Value(math.tanh(x), (a,), "tanh")
-        t * a  # built, never backpropagated
-        grads.append(t.data + x * (1 - t.data ** 2))
-    return torch.tensor(grads, dtype=xs.dtype)
+def _tanh_capitalised(a):
+    """Right, with another label: a label is a name, not a method (issue 20: it was called a typed formula)."""
+    out = tiny_tanh(a)
+    out.op = "Tanh"
+    return out
 
 
 NOT_TORCH_AUTOGRAD = Method(
     name="the tiny engine, not PyTorch's autograd",
-    holds=lambda facts: facts["engine_runs"] == 0,
-    message=("your answer ran PyTorch's autograd (`backward()` on a tensor, or `torch.autograd.grad`), so the "
-             "derivative came from PyTorch, not from the tanh you were to give the tiny engine. Build "
-             "`Value` nodes and call the tiny engine's `backward()` instead."),
+    holds=lambda facts: facts["engine_runs"] == 0 and facts["backward_ops"] == 0 and facts["forward_ad"] == 0,
+    watch=("code:torch._C:_enter_dual_level",),
+    message=("your tanh asked PyTorch for a derivative (`backward()`, `torch.autograd.grad`, `torch.func` or "
+             "forward-mode dual numbers), so the local derivative came from PyTorch, not from you. Work out "
+             "d tanh(u)/du yourself and use it in your node's `_backward`."),
     tag="used_autograd")
 
 
 register(Exercise(
     id="01.tiny_tanh",
     title="Give the tiny engine a tanh",
-    answer_name="tiny_tanh_grads",
-    reference=tiny_tanh_grads,
+    answer_name="tiny_tanh",
+    reference=tiny_tanh,
     inputs=_tanh_inputs,
     setup=_engine_names,
-    # Checked on what ran: the tiny engine's backward through a 'tanh' node per input, and no torch autograd.
+    # The check builds the graph around the answer's node and runs the engine itself, in an
+    # expression that changes with the seed: no typed derivative of one expression can pass.
+    call="autograd_lab.labs.tiny_engine:gradients_through",
     method=(NOT_TORCH_AUTOGRAD, tiny_engine_op("tanh")),
     hints=(
-        "Copy the shape of Value.exp: compute t = math.tanh(a.data), build out = Value(t, (a,), 'tanh'), "
-        "define _backward, attach it with out._backward = _backward, return out.",
-        "The chain rule: a.grad += (local derivative of tanh at a) * out.grad, where the local derivative is 1 - t**2.",
-        "Use += in _backward: x appears twice in tanh(x) * x, and the * node has already added its share to a.grad.",
-        "For each x in xs.tolist(): a = Value(x); (tanh(a) * a).backward(); keep a.grad. "
-        "Return torch.tensor(grads, dtype=xs.dtype).",
+        "Reread `Value.exp` in the engine printed above: your tanh has the same parts. Which Value is "
+        "the new node's parent, and which attribute does its closure update?",
+        "When the closure runs, the node's own gradient has already arrived from everything above it. "
+        "The chain rule tells you what to multiply it by: the derivative of tanh, which you can write with "
+        "the output you already computed instead of calling tanh again.",
+        "Right in one expression and wrong in another? In most of them x is used twice, and the other "
+        "use has already left its share in the input's gradient when your closure runs: look at the "
+        "operator your closure updates it with.",
     ),
     misconceptions=(
         Misconception("forgot_chain",
-                      "Your tanh backward adds the local derivative 1 - tanh^2 but does not multiply it "
-                      "by out.grad, the gradient arriving from above (the chain rule).",
-                      _forgot_chain),
+                      "Your tanh backward adds the local derivative but does not multiply it by `out.grad`, "
+                      "the gradient arriving from above (the chain rule).",
+                      _gives(_FORGOT_CHAIN)),
         Misconception("overwrote_grad",
-                      "Your tanh backward assigns a.grad = ... instead of adding to it: the contribution of "
-                      "the other use of x (through *) is lost. Gradients of a value used twice add up.",
-                      _overwrote),
+                      "Your tanh backward assigns the input's `.grad` instead of adding to it: the contribution "
+                      "of the other use of x is lost. Gradients of a value used twice add up.",
+                      _gives(_OVERWROTE)),
+        Misconception("derivative_at_input",
+                      "Your local derivative squares the input, not the output: the derivative of tanh(u) is "
+                      "1 - tanh(u)^2, and tanh(u) is your node's own data.",
+                      _gives(_AT_INPUT)),
+        Misconception("no_local_derivative",
+                      "Your tanh backward passes `out.grad` through unchanged, as `+` does: it also needs "
+                      "tanh's own derivative (the chain rule multiplies the two).",
+                      _gives(_NO_LOCAL)),
+        Misconception("gradient_stopped",
+                      "Your tanh node's `_backward` runs but adds nothing to its input's `.grad`: the gradient "
+                      "stops at your node, and only the other uses of x reach it.",
+                      _gives(_STOPPED)),
     ),
     wrong_answers=(
-        WrongAnswer(_wrong_tanh("a.grad += (1 - t * t)"), expect="forgot_chain"),
-        WrongAnswer(_wrong_tanh("a.grad = (1 - t * t) * out.grad"), expect="overwrote_grad"),
+        WrongAnswer(_FORGOT_CHAIN, expect="forgot_chain"),
+        WrongAnswer(_OVERWROTE, expect="overwrote_grad"),
+        WrongAnswer(_AT_INPUT, expect="derivative_at_input"),
+        WrongAnswer(_NO_LOCAL, expect="no_local_derivative"),
+        WrongAnswer(_STOPPED, expect="gradient_stopped", note="a no-op closure of its own"),
         WrongAnswer(_wrong_tanh("a.grad += (1 + t * t) * out.grad"), expect="wrong_value"),
-        WrongAnswer(mutant(tiny_tanh_grads, "return torch.tensor(grads, dtype=xs.dtype)",
-                           "grads = torch.tensor(grads, dtype=xs.dtype)"), expect="none", note="no return"),
-        # The shortcuts the prompt rules out: the right numbers without the tiny engine.
-        WrongAnswer(_tanh_by_torch_autograd, expect="used_autograd", note="torch autograd on torch.tanh"),
-        WrongAnswer(_tanh_formula_typed, expect="typed_formula", note="the derivative typed as a formula"),
-        WrongAnswer(_tanh_graph_without_backward, expect="typed_formula", note="tanh node built, no backward"),
+        WrongAnswer(mutant(tiny_tanh, "return out", "out = out"), expect="error", note="no return"),
+        # The shortcuts: the local derivative from PyTorch, or a node the engine cannot go through.
+        WrongAnswer(_tanh_local_by_autograd, expect="used_autograd", note="torch autograd on torch.tanh"),
+        WrongAnswer(_tanh_local_by_forward_ad, expect="used_autograd", note="forward-mode AD on torch.tanh"),
+        WrongAnswer(_tanh_never_attached, expect="typed_formula", note="closure never attached"),
+        WrongAnswer(_tanh_without_parent, expect="typed_formula", note="a node without its input"),
     ),
 ))

@@ -120,7 +120,7 @@ def _submissions(root):
     _write(root / "carol_01.ipynb", _notebook("01", _right(*GOOD["01"])), LATE_1_5_DAYS)
     _write(root / "carol-01.ipynb", _notebook("01", {}), EARLIER)
     # erin: renamed her tiny_tanh answer; no 02; her 03 came from a release before 03.train; one cell raises
-    renamed = _solution("01.tiny_tanh").replace("def tiny_tanh_grads(", "def tiny_tanh_grads_fixed(")
+    renamed = _solution("01.tiny_tanh").replace("def tiny_tanh(", "def tiny_tanh_fixed(")
     _write(root / "erin_01_dynamic_graph.ipynb", _notebook("01", {**_right("01.saved_bytes"), "01.tiny_tanh": renamed}))
     older = [i for i in ids_03 if i != "03.train"]
     _write(root / "erin_03.ipynb", _notebook("03", {}, leave_out=("03.train",), extra=("1 / 0",), stamp=older))
@@ -290,7 +290,7 @@ def test_the_gradebook_lists_versions_files_and_copy_flags_for_the_instructor_on
 def test_feedback_names_the_rename_and_the_problems(term):
     state = term["first_state"]["students"]["erin"]
     tanh = state["01"]["exercises"]["01.tiny_tanh"]
-    assert tanh["messages"][0].startswith("no `tiny_tanh_grads` defined; found `tiny_tanh_grads_fixed`: did you rename it?")
+    assert tanh["messages"][0].startswith("no `tiny_tanh` defined; found `tiny_tanh_fixed`: did you rename it?")
     assert any("raised an error: ZeroDivisionError" in line for line in state["03"]["problems"])
     page = (term["out"] / "feedback" / "erin.html").read_text()
     assert "did you rename it?" in page and "ZeroDivisionError" in page

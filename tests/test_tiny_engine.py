@@ -50,6 +50,15 @@ def test_backward_twice_accumulates_like_pytorch():
     assert a.grad == 6.0
 
 
+def test_backward_twice_doubles_the_leaves_even_through_an_intermediate():
+    a = Value(2.0)
+    out = (a * a) * 3.0        # a * a is an intermediate: its old gradient must not be pushed down again
+    out.backward()
+    assert a.grad == 12.0
+    out.backward()
+    assert a.grad == 24.0      # PyTorch with retain_graph=True gives 12 then 24 too
+
+
 def test_topological_order_puts_every_node_after_its_parents():
     a, b = Value(1.0), Value(2.0)
     root = ((a * b).exp() + a).relu()

@@ -380,9 +380,9 @@ def tiny_engine_op(op):
         name=f"the tiny engine's backward pass through your `{op}` node",
         holds=lambda facts, args: facts.get("tiny_own_backwards", 0) >= _elements(args),
         explain=explain,
-        message=(f"your answer did not run the tiny engine's `backward()` through a `{op}` node of your own for "
-                 f"each input, so its numbers came from somewhere else. Build `out = Value(t, (a,), '{op}')` with "
-                 "its `_backward` closure, and call `.backward()` on the tiny engine's result for each input."),
+        message=(f"the tiny engine's `backward()` did not run a `_backward` closure of your own `{op}` node for "
+                 f"each input, so the gradient never went through your code. Your `{op}` must return a new `Value` "
+                 "that knows its input as a parent and carries a `_backward` closure you wrote."),
         tag="typed_formula", origin=_made("tiny_engine_op", op=op))
 
 

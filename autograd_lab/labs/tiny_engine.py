@@ -1,4 +1,4 @@
-"""A complete scalar reverse-mode autograd engine, small enough to read at once (after micrograd).
+"""A minimal scalar reverse-mode autograd engine (``+``, ``*``, ``exp``, ``relu``), after micrograd.
 
 Notebook 01 shows this code to the student and checks its gradients against
 PyTorch's: the same idea, a recorded graph walked backwards in topological
@@ -61,10 +61,16 @@ class Value:
     def backward(self):
         """Seed d(self)/d(self) = 1 and run every node's backward, outputs before inputs.
 
-        Like PyTorch, gradients accumulate: call it twice and every ``grad`` doubles.
+        Like PyTorch, the leaves' gradients accumulate: call it twice and every leaf's ``grad``
+        doubles.  The intermediate nodes start from zero on every call, or their old gradients
+        would be pushed down a second time.
         """
+        order = topological_order(self)
+        for node in order:
+            if node.parents:
+                node.grad = 0.0
         self.grad = 1.0
-        for node in reversed(topological_order(self)):
+        for node in reversed(order):
             node._backward()
 
     def __repr__(self):
@@ -86,3 +92,37 @@ def topological_order(root):
             stack.append((node, True))
             stack.extend((parent, False) for parent in node.parents)
     return order
+
+
+# Expressions the check of exercise 01.tiny_tanh builds around a student's ``tanh``: each
+# uses ``x`` more than once and sends a gradient other than 1 into the tanh node.
+EXPRESSIONS = {
+    "tanh(x) * x": lambda tanh, x: tanh(x) * x,
+    "tanh(x * x) * 3 + x": lambda tanh, x: tanh(x * x) * 3.0 + x,
+    "tanh(tanh(x) * 2) * x": lambda tanh, x: tanh(tanh(x) * 2.0) * x,
+    "tanh(x).exp() + x": lambda tanh, x: tanh(x).exp() + x,
+}
+
+
+def gradients_through(tanh, xs, expression="tanh(x) * x"):
+    """d expression / dx at each number of ``xs``, by this engine, with ``tanh`` as the tanh node.
+
+    ``tanh`` takes a ``Value`` and returns one.  Each ``x`` gets its own graph and one
+    ``backward()``; the result is a tensor with the dtype of ``xs``.
+    """
+    import torch
+
+    def node(u):
+        out = tanh(u)
+        if not isinstance(out, Value):
+            missing = ": is its `return` missing?" if out is None else ""
+            raise TypeError(f"tanh must return a Value of the tiny engine, not {type(out).__name__}{missing}")
+        return out
+
+    build = EXPRESSIONS[expression]
+    grads = []
+    for number in xs.tolist():
+        x = Value(number)
+        build(node, x).backward()
+        grads.append(x.grad)
+    return torch.tensor(grads, dtype=xs.dtype)
