@@ -114,7 +114,7 @@ $(SITE_BUILT): $(EXECUTED_RAN)
 # the server's log are kept in build/browser-artifacts/.
 test-browser: setup $(SITE_BUILT)
 	@scripts/ensure-system-packages chromium
-	$(BIN)/python -m pytest -p no:cacheprovider tests/browser
+	AUTOGRAD_LAB_BROWSER_REQUIRED=1 $(BIN)/python -m pytest -p no:cacheprovider tests/browser
 
 # docs/architecture.svg from docs/architecture.dot, with the project's own graphviz.
 architecture:
