@@ -1,13 +1,18 @@
 """Exercises of notebook 04 (detach, clone, in-place): choose the copy, fix an in-place error, an SGD step."""
 
+import functools
+
 import torch
 
-from autograd_lab.checking import Exercise, Misconception, WrongAnswer, no_data_attribute, register
+from autograd_lab.checking import (Exercise, Misconception, WrongAnswer, no_data_attribute, no_library, no_optimizer,
+                                   register)
+from autograd_lab.checking.variation import choose, generator
 
 
 # --- 04.copy_choice -------------------------------------------------------------
 
-_CHOICES = {"target": "detach", "edit_keep_grad": "clone", "snapshot": "detach().clone()"}
+_OPTIONS = ("detach", "clone", "detach().clone()")
+_CHOICES = {"target": "detach", "masked_copy": "clone", "moved_by": "detach().clone()", "history": "detach"}
 
 
 def copy_choice():
@@ -19,10 +24,15 @@ _COPIES = {"detach": lambda t: t.detach(), "clone": lambda t: t.clone(),
 
 
 def _copy_choice_experiment():
-    """Try each copy in each scenario and keep the one that does what the scenario needs."""
-    return {scenario: next(name for name, copy in _COPIES.items() if works(copy))
-            for scenario, works in (("target", _constant_without_a_copy), ("edit_keep_grad", _editable_in_graph),
-                                    ("snapshot", _frozen_snapshot))}
+    """Try each call in each scenario; the key is the one call that does what the scenario asks."""
+    scenarios = {"target": _constant_without_a_copy, "masked_copy": _masked_copy_in_graph,
+                 "moved_by": _frozen_outside_the_graph, "history": _log_without_graph_or_copy}
+    key = {}
+    for scenario, works in scenarios.items():
+        fitting = [name for name, copy in _COPIES.items() if works(copy)]
+        assert len(fitting) == 1, (scenario, fitting)
+        key[scenario] = fitting[0]
+    return key
 
 
 def _net():
@@ -31,43 +41,61 @@ def _net():
 
 
 def _constant_without_a_copy(copy):
-    """The loss treats the target as a constant (no gradient through it), and no memory is copied."""
+    """The loss treats the target as a constant (no gradient through it), and its values are not copied."""
     net, x = _net(), torch.ones(1, 3)
     target = net(x).max()
     kept = copy(target)
     ((net(x) - kept) ** 2).sum().backward()
     with_target = net.weight.grad.clone()
     net.zero_grad()
-    ((net(x) - kept.detach()) ** 2).sum().backward()
+    ((net(x) - target.detach()) ** 2).sum().backward()
     return torch.equal(with_target, net.weight.grad) and kept.data_ptr() == target.data_ptr()
 
 
-def _editable_in_graph(copy):
-    """Masking the copy in place leaves the activation intact, and gradients still reach the layer."""
+def _masked_copy_in_graph(copy):
+    """Zeroing entries of the new tensor in place leaves the activation as it was, and gradients reach the layer."""
     net, x = _net(), torch.ones(1, 3)
     activation = net(x)
     before = activation.detach().clone()
-    edited = copy(activation)
-    edited[0, 0] = 0.0
-    if not edited.requires_grad:
+    masked = copy(activation)
+    masked[0, 0] = 0.0
+    if not masked.requires_grad:
         return False
-    edited.sum().backward()
+    masked.sum().backward()
     return torch.equal(activation.detach(), before) and net.weight.grad is not None
 
 
-def _frozen_snapshot(copy):
-    """The snapshot keeps the old weights through optimizer.step() and holds no graph."""
+def _frozen_outside_the_graph(copy):
+    """What was kept still holds the old weights after optimizer.step(), and is part of no graph."""
     net = _net()
-    snapshot = copy(net.weight)
+    kept = copy(net.weight)
     old = net.weight.detach().clone()
     net(torch.ones(1, 3)).sum().backward()
     torch.optim.SGD(net.parameters(), lr=0.1).step()
-    return torch.equal(snapshot, old) and not snapshot.requires_grad
+    return torch.equal(kept, old) and not kept.requires_grad and kept.grad_fn is None
+
+
+def _log_without_graph_or_copy(copy):
+    """A logged loss holds no graph (no grad_fn, no requires_grad) and shares the loss's storage (no copy)."""
+    net = _net()
+    loss = net(torch.ones(1, 3)).pow(2).sum()
+    logged = copy(loss)
+    return logged.grad_fn is None and not logged.requires_grad and logged.data_ptr() == loss.data_ptr()
 
 
 def _answered(scenario, *choices):
     """A detector: the student picked one of ``choices`` for ``scenario``."""
     return lambda student, reference, args: isinstance(student, dict) and student.get(scenario) in choices
+
+
+def _answered_any(pairs):
+    """A detector: for some ``(scenario, choice)`` of ``pairs``, the student picked that choice."""
+    return lambda student, reference, args: isinstance(student, dict) and any(
+        student.get(scenario) == choice for scenario, choice in pairs)
+
+
+def _not_an_option(student, reference, args):
+    return isinstance(student, dict) and any(value not in _OPTIONS for value in student.values())
 
 
 def _with(**changes):
@@ -81,50 +109,71 @@ register(Exercise(
     kind="value",
     reference=copy_choice,
     experiment=_copy_choice_experiment,
-    solution_code=('copy_choice = {"target": "detach", "edit_keep_grad": "clone", '
-                   '"snapshot": "detach().clone()"}'),
+    solution_code=('copy_choice = {"target": "detach", "masked_copy": "clone", '
+                   '"moved_by": "detach().clone()", "history": "detach"}'),
     hints=(
-        "Ask two questions per scenario: must gradients flow through it? Will anything write "
-        "into it (or into the original) later?",
-        "detach() cuts the graph but shares the numbers; clone() copies the numbers and stays in "
-        "the graph; detach().clone() copies and cuts.",
-        "optimizer.step() updates the weights in place: a snapshot that shares their storage "
-        "moves with them.",
+        "Ask three questions of each scenario: must gradients flow through the result? Will anything write "
+        "into the result, or into t, while the result is still needed? Is a copy of the values allowed?",
+        "The table in the section 'What each call keeps' measured, call by call, whether the result shares "
+        "storage with t and whether it is part of the graph.",
+        "optimizer.step() writes the new values into the weights' own storage, in place.",
     ),
     misconceptions=(
         Misconception(
-            "detach_shares_storage",
-            "detach() does not copy: the snapshot shares the weights' storage, so the in-place "
-            "optimizer step changes it too and you would measure no movement.",
-            _answered("snapshot", "detach")),
+            "not_an_option",
+            "Each choice must be one of the three strings the prompt lists, written exactly as there "
+            "(no leading dot, no other order of the calls).",
+            _not_an_option),
         Misconception(
             "clone_keeps_graph",
-            "clone() stays in the graph: gradients would flow through the Q-learning target, which "
-            "must be a constant.",
+            "clone() stays in the graph: the loss would send gradients through the Q-learning target, which "
+            "it must treat as a constant.",
             _answered("target", "clone")),
         Misconception(
-            "cuts_graph",
-            "A detached tensor is outside the graph: gradients could not flow back through the "
-            "edited copy. clone() copies and keeps the graph.",
-            _answered("edit_keep_grad", "detach", "detach().clone()")),
+            "graph_kept_alive",
+            "clone() stays in the graph: every logged loss would hold on to its step's whole graph, so memory "
+            "would grow with each step.",
+            _answered("history", "clone")),
         Misconception(
             "needless_copy",
-            "detach().clone() works for the target but copies memory for nothing: the target is "
-            "never modified, so detach() is enough.",
-            _answered("target", "detach().clone()")),
+            "A copy that nothing needs: nothing writes into that tensor afterwards, so copying its values "
+            "costs memory and buys nothing.",
+            _answered_any((("target", "detach().clone()"), ("history", "detach().clone()")))),
         Misconception(
-            "snapshot_in_graph",
-            "clone() copies the numbers but keeps the snapshot in the graph (it requires grad and "
-            "holds on to its history): use detach().clone() for a frozen copy.",
-            _answered("snapshot", "clone")),
+            "writes_into_activation",
+            "detach() does not copy: zeroing entries of its result writes into the activation itself, and "
+            "the result is outside the graph, so no gradient flows through it.",
+            _answered("masked_copy", "detach")),
+        Misconception(
+            "cuts_graph",
+            "A detached copy is outside the graph: no gradient could flow back through it to the layers "
+            "before.",
+            _answered("masked_copy", "detach().clone()")),
+        Misconception(
+            "detach_shares_storage",
+            "detach() does not copy: what you kept shares the weight's storage, so the in-place optimizer "
+            "step changes it too, and you would measure no movement.",
+            _answered("moved_by", "detach")),
+        Misconception(
+            "kept_in_graph",
+            "clone() copies the numbers but stays in the graph: what you kept requires grad and hangs on the "
+            "weight's node, and the prompt asks for something that is part of no graph.",
+            _answered("moved_by", "clone")),
     ),
     wrong_answers=(
-        WrongAnswer(_with(snapshot="detach"), expect="detach_shares_storage"),
+        WrongAnswer(_with(moved_by="clone().detach()"), expect="not_an_option",
+                    note="a frozen copy, but not one of the three strings"),
+        WrongAnswer({"target": ".detach()", "masked_copy": ".clone()", "moved_by": ".detach().clone()",
+                     "history": ".detach()"}, expect="not_an_option", note="the options with a leading dot"),
         WrongAnswer(_with(target="clone"), expect="clone_keeps_graph"),
-        WrongAnswer(_with(edit_keep_grad="detach"), expect="cuts_graph"),
+        WrongAnswer(_with(history="clone"), expect="graph_kept_alive"),
         WrongAnswer(_with(target="detach().clone()"), expect="needless_copy"),
-        WrongAnswer(_with(snapshot="clone"), expect="snapshot_in_graph"),
-        WrongAnswer({"target": "detach", "snapshot": "detach().clone()"}, expect="structure",
+        WrongAnswer(_with(history="detach().clone()"), expect="needless_copy"),
+        WrongAnswer(_with(masked_copy="detach"), expect="writes_into_activation"),
+        WrongAnswer(_with(masked_copy="detach().clone()"), expect="cuts_graph"),
+        WrongAnswer(_with(moved_by="detach"), expect="detach_shares_storage"),
+        WrongAnswer(_with(moved_by="clone"), expect="kept_in_graph"),
+        WrongAnswer({"target": "detach", "masked_copy": "clone", "moved_by": "detach().clone()"}, expect="structure",
                     note="a scenario left out"),
     ),
 ))
@@ -133,70 +182,116 @@ register(Exercise(
 # --- 04.squash ------------------------------------------------------------------
 
 def squash(x):
-    y = torch.sigmoid(x) * 2 - 1       # out of place: sigmoid's saved output stays intact
-    return y * x
+    y = torch.sigmoid(x)
+    gate = y * x
+    mapped = y * 2 - 1                 # a new tensor: what sigmoid and the product saved stays intact
+    return gate + mapped * x
 
 
 def _squash_inputs(seed, hidden):
-    generator = torch.Generator().manual_seed(seed)
-    shape = (3, 5) if hidden else (6,)
-    return (torch.randn(shape, generator=generator, dtype=torch.float64).requires_grad_(),)
+    shape = choose(seed, ((6,), (2, 3), (4, 1)), hidden=hidden, hidden_choices=((3, 5), (7,), (2, 2, 2)))
+    return (torch.randn(shape, generator=generator(seed), dtype=torch.float64).requires_grad_(),)
 
 
 def _squash_in_place(x):
     y = torch.sigmoid(x)
-    y.mul_(2).sub_(1)                  # the original: overwrites what sigmoid saved
-    return y * x
+    gate = y * x
+    y.mul_(2).sub_(1)                  # the function as given: overwrites what sigmoid and the product saved
+    return gate + y * x
 
 
 def _squash_through_data(x):
     y = torch.sigmoid(x)
-    y.data.mul_(2).sub_(1)             # no error, but sigmoid's backward reads the new numbers
-    return y * x
+    gate = y * x
+    y.data.mul_(2).sub_(1)             # no error, but both saved copies of y now hold the mapped numbers
+    return gate + y * x
 
 
 def _squash_through_numpy(x):
     y = torch.sigmoid(x)
+    gate = y * x
     edited = y.detach().numpy()        # shares y's memory: the same invisible write, without .data
     edited *= 2
     edited -= 1
-    return y * x
+    return gate + y * x
 
 
 def _squash_detached(x):
-    y = torch.sigmoid(x).detach() * 2 - 1   # right values, but the path through sigmoid is cut
-    return y * x
+    y = torch.sigmoid(x)
+    gate = y * x
+    mapped = y.detach() * 2 - 1        # right values, but the path through sigmoid is cut here
+    return gate + mapped * x
+
+
+def _squash_sigmoid_detached(x):
+    y = torch.sigmoid(x.data)          # adversarial round 1 (x.data): no path through sigmoid at all
+    gate = y * x
+    return gate + (y * 2 - 1) * x
 
 
 def _squash_under_no_grad(x):
+    y = torch.sigmoid(x)
+    gate = y * x
     with torch.no_grad():
-        y = torch.sigmoid(x) * 2 - 1   # no detach() anywhere, but y is just as constant
-    return y * x
+        mapped = y * 2 - 1             # no detach() anywhere, but just as constant
+    return gate + mapped * x
 
 
-def _grad_factors(x):
-    """Per element of x, d(squash)/dx as the reference computes it and as two wrong answers do.
+def _squash_mapped_first(x):
+    y = torch.sigmoid(x) * 2 - 1       # out of place, but before gate: gate sees the mapped values
+    gate = y * x
+    return gate + y * x
 
-    squash is elementwise, so each input gradient is the cotangent times one of these
-    factors: two answers agree with the cotangent cancelled out when
-    student_grad * reference_factor == reference_grad * their_factor.
+
+def _squash_clone_first(x):
+    y = torch.sigmoid(x).clone()
+    y.mul_(2).sub_(1)                  # edits the clone, but before gate: the same mistake
+    gate = y * x
+    return gate + y * x
+
+
+class _TypedSquash(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        s = torch.sigmoid(x)
+        return (3 * s - 1) * x
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        s = torch.sigmoid(x)
+        return grad_output * (3 * s - 1 + 3 * s * (1 - s) * x)
+
+
+def _squash_by_own_function(x):
+    return _TypedSquash.apply(x)       # right values and gradient, from a derivative typed by hand
+
+
+def _derivative(function, x):
+    """d(function)/dx element by element (squash and its variants are elementwise), by autograd."""
+    x = x.detach().clone().requires_grad_()
+    function(x).sum().backward()
+    return x.grad
+
+
+def _grads_like(*variants):
+    """A detector: the student's input gradient is the one one of ``variants`` computes.
+
+    Each input gradient is the case's random cotangent times the elementwise derivative, so
+    two agree when student_grad * reference_derivative == reference_grad * variant_derivative.
     """
-    s = torch.sigmoid(x)
-    y = 2 * s - 1
-    return {
-        "reference": y + 2 * s * (1 - s) * x,
-        # .data: the factor 2 goes unrecorded and sigmoid's backward reads y as its output.
-        "through_data": y + y * (1 - y) * x,
-        "detached": y,                          # only the direct path through `* x`
-    }
-
-
-def _squash_grads_like(variant):
-    """A detector: the student's input gradient is the one of the ``variant`` mistake."""
     def detect(student, reference, args, *, student_run, reference_run):
-        factors = _grad_factors(args[0])
         ours, theirs = student_run.input_grads[0], reference_run.input_grads[0]
-        return torch.allclose(ours * factors["reference"], theirs * factors[variant], rtol=1e-6, atol=1e-9)
+        return any(torch.allclose(ours * _derivative(squash, args[0]), theirs * _derivative(variant, args[0]),
+                                  rtol=1e-6, atol=1e-9) for variant in variants)
+    return detect
+
+
+def _values_like(variant):
+    """A detector: the student returned what ``variant`` returns."""
+    def detect(student, reference, args):
+        return isinstance(student, torch.Tensor) and torch.allclose(student, variant(args[0].detach()))
     return detect
 
 
@@ -207,26 +302,35 @@ register(Exercise(
     reference=squash,
     inputs=_squash_inputs,
     compare=("value", "grad"),
+    method=no_library("code:torch.autograd.function:Function", "code:torch.autograd.function:BackwardCFunction",
+                      name="autograd's own derivatives (no custom `autograd.Function`)", tag="custom_function"),
     hints=(
-        "Read the error: which node saved the tensor that was modified in place?",
-        "sigmoid saves its output for backward; y.mul_(2) overwrites that output.",
-        "Compute the mapped values out of place (torch.sigmoid(x) * 2 - 1), or modify a clone().",
+        "Read the error, or draw the graph with show_saved=True: which nodes saved the tensor that the in-place "
+        "line overwrote? There are two.",
+        "gate needs sigmoid(x) as it was; the return line needs the mapped values. Those are two different "
+        "tensors, so the mapped one must be a new tensor, made after gate.",
+        "Hiding the write from autograd (.data, a NumPy view, no_grad, detach) silences the error without fixing "
+        "it: the check compares the gradient too.",
     ),
     misconceptions=(
         Misconception(
             "edited_through_data",
-            "The values are right but the gradient is not: the in-place edit was hidden from autograd "
-            "(a write through `.data`, or into a NumPy array, does not move the version counter), so the "
-            "* 2 - 1 is missing from backward and sigmoid's backward reads the edited numbers as its "
-            "output. Silencing the error is not fixing it: compute torch.sigmoid(x) * 2 - 1 out of place.",
-            _squash_grads_like("through_data")),
+            "The values are right but the gradient is not: the in-place edit was hidden from autograd (a write "
+            "through `.data`, or into a NumPy array, does not move the version counter), so the `* 2 - 1` is "
+            "missing from backward, and sigmoid and the product read the edited numbers as the ones they saved. "
+            "Silencing the error is not fixing it.",
+            _grads_like(_squash_through_data)),
         Misconception(
             "detached_path",
-            "The values are right but the gradient only has the path through `* x`: y entered the "
-            "product as a constant, cut from the graph (by `detach()`, `torch.no_grad()` or a copy made "
-            "outside autograd), so the path through sigmoid is missing. Keep y in the graph and compute "
-            "it out of place.",
-            _squash_grads_like("detached")),
+            "The values are right but the gradient misses a path: part of the computation entered as a constant, "
+            "cut from the graph (by `detach()`, `.data`, `torch.no_grad()` or a copy made outside autograd), so "
+            "nothing flows back through sigmoid from there. Keep every value in the graph.",
+            _grads_like(_squash_detached, _squash_sigmoid_detached)),
+        Misconception(
+            "mapped_too_early",
+            "The values are wrong: gate must be sigmoid(x) times x, as in the original, where the mapping onto "
+            "(-1, 1) comes after gate. Yours maps first, so gate uses the mapped values.",
+            _values_like(_squash_mapped_first)),
     ),
     wrong_answers=(
         WrongAnswer(_squash_in_place, expect="error", note="the function as given"),
@@ -234,80 +338,197 @@ register(Exercise(
         WrongAnswer(_squash_through_numpy, expect="edited_through_data",
                     note="a NumPy view hides it too: the message must not say .data only"),
         WrongAnswer(_squash_detached, expect="detached_path", note="detach cuts a path"),
+        WrongAnswer(_squash_sigmoid_detached, expect="detached_path", note="sigmoid of x.data: every sigmoid path cut"),
         WrongAnswer(_squash_under_no_grad, expect="detached_path",
                     note="no_grad cuts the same path: the message must not say detach()"),
+        WrongAnswer(_squash_mapped_first, expect="mapped_too_early", note="the naive out-of-place fix"),
+        WrongAnswer(_squash_clone_first, expect="mapped_too_early", note="a clone, edited before gate"),
+        WrongAnswer(_squash_by_own_function, expect="custom_function",
+                    note="adversarial round 1: a custom Function with a typed derivative"),
     ),
 ))
 
 
 # --- 04.sgd_step ----------------------------------------------------------------
 
-def sgd_step(params, lr):
+def sgd_step(params, lr, weight_decay):
     with torch.no_grad():              # an update is not part of the model: do not record it
         for p in params:
-            p.sub_(lr * p.grad)        # in place: the same leaf objects get the new values
+            if p.grad is None:         # no gradient this step: torch.optim leaves such a p alone too
+                continue
+            p.sub_(lr * (p.grad + weight_decay * p))   # in place: the same leaf objects get the new values
             p.grad = None
 
 
 def _sgd_step_inputs(seed, hidden):
-    generator = torch.Generator().manual_seed(seed)
-    shapes = [(4, 3), (3,), (2, 2)] if hidden else [(3, 2), (2,)]
+    g = generator(seed)
+    shapes = choose(seed, ([(3, 2), (2,), (4,)], [(2, 2), (3,), (1, 3), (2,)], [(5,), (2, 3)]),
+                    hidden=hidden, hidden_choices=([(4, 3), (3,), (2, 2)], [(6,), (2, 1), (3, 3)], [(2,), (5, 2)]))
+    # No public lr is 0.1: an answer with lr fixed at 0.1 would be right on that case, and a release names
+    # a wrong answer by its public records (the fixed-lr bank entry would rename every right-valued slip).
+    lr = choose(seed, (0.05, 0.5, 0.2), hidden=hidden, hidden_choices=(0.1, 0.01, 0.3))
+    weight_decay = choose(seed, (0.01, 0.1, 0.05), hidden=hidden, hidden_choices=(0.2, 0.02, 0.5))
+    without_grad = int(seed) % len(shapes)       # which parameter got no gradient this step
     params = []
-    for shape in shapes:
-        p = torch.randn(shape, generator=generator).requires_grad_()
-        p.grad = torch.randn(shape, generator=generator)
+    for index, shape in enumerate(shapes):
+        p = torch.randn(shape, generator=g).requires_grad_()
+        p.grad = None if index == without_grad else torch.randn(shape, generator=g)
         params.append(p)
-    # A tuple, like a model's parameters: the step must change these tensors, not swap them.
-    return tuple(params), 0.1
+    # A tuple, like an optimizer's parameters: the step must change these tensors, not swap them.
+    return tuple(params), lr, weight_decay
 
 
-def _sgd_rebinding(params, lr):
+def _sgd_rebinding(params, lr, weight_decay):
     for p in params:
-        p = p - lr * p.grad            # a new tensor bound to a local name: nothing is updated
+        if p.grad is None:
+            continue
+        p = p - lr * (p.grad + weight_decay * p)   # a new tensor bound to a local name: nothing is updated
         p.grad = None
 
 
-def _sgd_keeps_grad(params, lr):
+def _sgd_keeps_grad(params, lr, weight_decay):
     with torch.no_grad():
         for p in params:
-            p.sub_(lr * p.grad)        # .grad left in place: the next backward adds to it
+            if p.grad is not None:
+                p.sub_(lr * (p.grad + weight_decay * p))   # .grad left in place: the next backward adds to it
 
 
-def _sgd_recorded(params, lr):
+def _sgd_recorded(params, lr, weight_decay):
     for p in params:
-        p.sub_(lr * p.grad)            # in place on a leaf while recording: an error
-        p.grad = None
-
-
-def _sgd_ascent(params, lr):
-    with torch.no_grad():
-        for p in params:
-            p.add_(lr * p.grad)
+        if p.grad is not None:
+            p.sub_(lr * (p.grad + weight_decay * p))   # in place on a leaf while recording: an error
             p.grad = None
 
 
-def _sgd_new_tensors(params, lr):
-    for i, p in enumerate(params):
-        params[i] = (p - lr * p.grad).detach().requires_grad_()   # new leaves, not the same objects
-
-
-def _sgd_grad_zeroed(params, lr):
+def _sgd_ascent(params, lr, weight_decay):
     with torch.no_grad():
         for p in params:
-            p.sub_(lr * p.grad)
-            p.grad.zero_()             # zeros, not None
+            if p.grad is not None:
+                p.add_(lr * (p.grad + weight_decay * p))
+                p.grad = None
 
 
-def _sgd_assigns_data(params, lr):
+def _sgd_new_tensors(params, lr, weight_decay):
+    for i, p in enumerate(params):
+        if p.grad is not None:
+            params[i] = (p - lr * (p.grad + weight_decay * p)).detach().requires_grad_()   # not the same objects
+
+
+def _sgd_grad_zeroed(params, lr, weight_decay):
+    with torch.no_grad():
+        for p in params:
+            if p.grad is not None:
+                p.sub_(lr * (p.grad + weight_decay * p))
+                p.grad.zero_()         # zeros, not None
+
+
+def _sgd_no_guard(params, lr, weight_decay):
+    with torch.no_grad():
+        for p in params:
+            p.sub_(lr * (p.grad + weight_decay * p))   # TypeError at the parameter that got no gradient
+            p.grad = None
+
+
+def _sgd_decays_without_grad(params, lr, weight_decay):
+    with torch.no_grad():
+        for p in params:
+            p.mul_(1 - lr * weight_decay)              # decays every parameter, with a gradient or not
+            if p.grad is not None:
+                p.sub_(lr * p.grad)
+                p.grad = None
+
+
+def _sgd_no_weight_decay(params, lr, weight_decay):
+    with torch.no_grad():
+        for p in params:
+            if p.grad is not None:
+                p.sub_(lr * p.grad)
+                p.grad = None
+
+
+def _sgd_fixed_lr(params, lr, weight_decay):
+    with torch.no_grad():
+        for p in params:
+            if p.grad is not None:
+                p.sub_(0.1 * (p.grad + weight_decay * p))   # adversarial round 1: the learning rate ignored
+                p.grad = None
+
+
+def _sgd_by_optimizer(params, lr, weight_decay):
+    optimizer = torch.optim.SGD(params, lr=lr, weight_decay=weight_decay)   # adversarial round 1 (issue 20)
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+def _sgd_through_data(params, lr, weight_decay):
     for p in params:
-        p.data = p.data - lr * p.grad  # swaps the storage behind autograd's back
-        p.grad = None
+        if p.grad is not None:
+            p.data.sub_(lr * (p.grad + weight_decay * p.data))   # right numbers, but autograd never sees the write
+            p.grad = None
 
 
-def _sgd_through_data(params, lr):
+def _sgd_assigns_data(params, lr, weight_decay):
     for p in params:
-        p.data.sub_(lr * p.grad)     # right numbers, but autograd never sees the write
-        p.grad = None
+        if p.grad is not None:
+            p.data = p.data - lr * (p.grad + weight_decay * p.data)   # swaps the storage behind autograd's back
+            p.grad = None
+
+
+def _sgd_data_then_version_bump(params, lr, weight_decay):
+    for p in params:
+        if p.grad is not None:
+            p.data.sub_(lr * (p.grad + weight_decay * p.data))   # adversarial round 1: the .data write ...
+            with torch.no_grad():
+                p.mul_(1.0)                                      # ... and a no-op to move the counter
+            p.grad = None
+
+
+def _sgd_numpy_then_version_bump(params, lr, weight_decay):
+    for p in params:
+        if p.grad is not None:
+            values = p.detach().numpy()                           # adversarial round 1: a NumPy write ...
+            values -= lr * (p.grad.numpy() + weight_decay * values)
+            p.detach().add_(0)                                    # ... and a no-op through detach()
+            p.grad = None
+
+
+def _sgd_forged_version(params, lr, weight_decay):
+    for p in params:
+        if p.grad is not None:
+            p.data.sub_(lr * (p.grad + weight_decay * p.data))
+            torch.autograd.graph.increment_version(p)             # the counter moved by hand
+            p.grad = None
+
+
+def _sgd_forged_out_of_sight(params, lr, weight_decay):
+    bump = functools.partial(torch._C._increment_version)   # a call the tape's profile hook does not see
+    for p in params:
+        if p.grad is not None:
+            p.data.sub_(lr * (p.grad + weight_decay * p.data))
+            bump([p])
+            p.grad = None
+
+
+def _sgd_stops_requiring_grad(params, lr, weight_decay):
+    with torch.no_grad():
+        for p in params:
+            if p.grad is not None:
+                p.sub_(lr * (p.grad + weight_decay * p))
+                p.grad = None
+            p.requires_grad_(False)                               # adversarial round 1: no longer a parameter
+
+
+def _sgd_grad_mode_left_off(params, lr, weight_decay):
+    torch.set_grad_enabled(False)                                 # adversarial round 1: never switched back on
+    for p in params:
+        if p.grad is not None:
+            p.sub_(lr * (p.grad + weight_decay * p))
+            p.grad = None
+
+
+def _steps(args, student_run, reference_run):
+    """(before, the student's after, the reference's after) per parameter."""
+    return list(zip(args[0], student_run.args_after[0], reference_run.args_after[0]))
 
 
 def _unchanged(student, reference, args, *, student_run):
@@ -315,15 +536,14 @@ def _unchanged(student, reference, args, *, student_run):
 
 
 def _stepped_uphill(student, reference, args, *, student_run, reference_run):
-    steps = zip(args[0], student_run.args_after[0], reference_run.args_after[0])
-    return all(torch.allclose(ours - before, before - theirs, atol=1e-6) for before, ours, theirs in steps)
+    return all(torch.allclose(ours - before, before - theirs, atol=1e-6)
+               for before, ours, theirs in _steps(args, student_run, reference_run))
 
 
 def _grad_left_in_place(student, reference, args, *, student_run, reference_run):
     pairs = list(zip(student_run.args_after[0], reference_run.args_after[0]))
     return (all(torch.allclose(ours, theirs) for ours, theirs in pairs)
-            and any(ours.grad is not None and theirs.grad is None and bool(ours.grad.any())
-                    for ours, theirs in pairs))
+            and any(ours.grad is not None and theirs.grad is None and bool(ours.grad.any()) for ours, theirs in pairs))
 
 
 def _grad_zeroed(student, reference, args, *, student_run, reference_run):
@@ -333,54 +553,113 @@ def _grad_zeroed(student, reference, args, *, student_run, reference_run):
             and all(ours.grad is None or not bool(ours.grad.any()) for ours, _ in pairs))
 
 
+def _decayed_without_grad(student, reference, args, *, student_run, reference_run):
+    lr, weight_decay = args[1], args[2]
+    steps = _steps(args, student_run, reference_run)
+    left_alone = [(before, ours) for before, ours, theirs in steps if torch.equal(before, theirs)]
+    return bool(left_alone) and all(torch.allclose(ours, before * (1 - lr * weight_decay)) for before, ours in left_alone)
+
+
+def _without_weight_decay(student, reference, args, *, student_run, reference_run):
+    lr, weight_decay = args[1], args[2]
+    steps = [(b, o, t) for b, o, t in _steps(args, student_run, reference_run) if not torch.equal(b, t)]
+    return bool(steps) and all(torch.allclose(ours - theirs, lr * weight_decay * before, atol=1e-6)
+                               for before, ours, theirs in steps)
+
+
+def _step_scaled(student, reference, args, *, student_run, reference_run):
+    """The step points the right way but has another size: (ours - before) = k (theirs - before), k != 1."""
+    ours = torch.cat([(o - b).flatten() for b, o, _ in _steps(args, student_run, reference_run)])
+    theirs = torch.cat([(t - b).flatten() for b, _, t in _steps(args, student_run, reference_run)])
+    moved = theirs.abs() > 1e-6
+    if not bool(moved.any()):
+        return False
+    ratios = ours[moved] / theirs[moved]
+    k = ratios.mean()
+    return bool(k > 0) and abs(float(k) - 1) > 1e-3 and torch.allclose(ratios, k.expand_as(ratios), rtol=1e-3)
+
+
 register(Exercise(
     id="04.sgd_step",
-    title="A manual SGD step that respects the update boundary",
+    title="A manual SGD step with weight decay",
     answer_name="sgd_step",
     reference=sgd_step,
     inputs=_sgd_step_inputs,
-    compare=("args",),
-    modifies=("params",),              # the step updates the parameters and clears their .grad in place
-    method=no_data_attribute(),
+    compare=("args", "state"),
+    modifies=("params:values", "params:grad"),   # new values and a cleared .grad; requires_grad stays
+    method=(no_data_attribute(), no_optimizer()),
     hints=(
-        "The update must change the tensors in `params` themselves: p = p - ... only rebinds a "
-        "local name, and the tuple's entries cannot be replaced.",
-        "An in-place operation on a leaf that requires grad is refused while autograd records: "
-        "wrap the loop in `with torch.no_grad():`.",
-        "Inside no_grad: p.sub_(lr * p.grad), then p.grad = None.",
+        "The step must change the tensors in `params` themselves: binding a new tensor to the loop's name "
+        "changes nothing outside it, and the tuple's entries cannot be replaced.",
+        "Autograd refuses an in-place operation on a leaf that requires grad while it records; the notebook's "
+        "'A parameter update' section shows how to take the step outside recording, and its `.data` section why "
+        "that attribute is not the way.",
+        "The decay term joins the gradient before the step, and only for a parameter that has a gradient; the "
+        "notebook's section 'A parameter that got no gradient' shows what to do with the others.",
     ),
     misconceptions=(
         Misconception(
             "rebinding",
-            "The parameters did not change at all: the step never reached the tensors in `params` (the "
-            "model's parameters). A common cause is `p = p - lr * p.grad`, which only binds a new tensor "
-            "to the loop's local name. Update them in place: p.sub_(lr * p.grad) inside torch.no_grad().",
+            "The parameters did not change at all: the step never reached the tensors in `params`. A common cause "
+            "is a new tensor bound to the loop's local name, which changes nothing outside the loop. Update each "
+            "parameter in place, outside autograd's recording.",
             _unchanged),
         Misconception(
             "gradient_ascent",
-            "Your step has the right size but goes up the gradient: the parameters moved by "
-            "+lr * grad. Gradient descent subtracts: p.sub_(lr * p.grad).",
+            "Your step has the right size but goes up the gradient: gradient descent moves each parameter against "
+            "its gradient (plus the decay term).",
             _stepped_uphill),
         Misconception(
+            "decayed_without_grad",
+            "A parameter whose `.grad` is `None` got no gradient this step, and the prompt (like `torch.optim`) "
+            "leaves it exactly as it is; your step shrank it by the weight decay anyway.",
+            _decayed_without_grad),
+        Misconception(
+            "no_weight_decay",
+            "Your step has no weight decay: each parameter that has a gradient moves by `lr` times its gradient "
+            "alone, where the prompt adds `weight_decay · p` to the gradient first.",
+            _without_weight_decay),
+        Misconception(
+            "step_scaled",
+            "Your step points the right way but has another size than `lr · (p.grad + weight_decay · p)`: is the "
+            "learning rate taken from the argument, or fixed in the code?",
+            _step_scaled),
+        Misconception(
             "grad_not_cleared",
-            "The update is right, but .grad is still set afterwards: the next backward() adds into "
-            "it, so every later step would use the sum of all gradients so far. Set p.grad = None "
-            "after the update.",
+            "The update is right, but .grad is still set afterwards: the next backward() adds into it, so every "
+            "later step would use the sum of all gradients so far. Set each .grad to None after the update.",
             _grad_left_in_place),
         Misconception(
             "grad_zeroed",
-            "The update is right, but each `.grad` holds zeros instead of `None`. Training would still "
-            "work (the next backward adds into zeros), but the prompt asks for `p.grad = None`, which is "
-            "also what `optimizer.zero_grad()` does by default.",
+            "The update is right, but each `.grad` holds zeros instead of `None`. Training would still work (the "
+            "next backward adds into zeros), but the prompt asks for `None`, which is also what "
+            "`optimizer.zero_grad()` does by default.",
             _grad_zeroed),
     ),
     wrong_answers=(
+        WrongAnswer(_sgd_no_guard, expect="error",
+                    note="no check for a parameter without a gradient: the error's usual cause names it"),
         WrongAnswer(_sgd_rebinding, expect="rebinding", note="rebinding updates nothing"),
         WrongAnswer(_sgd_keeps_grad, expect="grad_not_cleared", note=".grad not cleared"),
         WrongAnswer(_sgd_recorded, expect="error", note="in place on a leaf while recording"),
         WrongAnswer(_sgd_ascent, expect="gradient_ascent", note="gradient ascent"),
+        WrongAnswer(_sgd_decays_without_grad, expect="decayed_without_grad",
+                    note="weight decay applied to a parameter that got no gradient"),
+        WrongAnswer(_sgd_no_weight_decay, expect="no_weight_decay", note="the decay term forgotten"),
+        WrongAnswer(_sgd_fixed_lr, expect="step_scaled", note="adversarial round 1: lr fixed at 0.1, round 1's only lr"),
+        WrongAnswer(_sgd_by_optimizer, expect="used_optimizer", note="adversarial round 1 and issue 20: torch.optim.SGD"),
         WrongAnswer(_sgd_through_data, expect="data_write", note="the silent .data update the lab warns about"),
         WrongAnswer(_sgd_assigns_data, expect="data_write", note="p.data = ...: the same silent write, by assignment"),
+        WrongAnswer(_sgd_data_then_version_bump, expect="data_write",
+                    note="adversarial round 1: .data, then a no-op in-place op to move the counter"),
+        WrongAnswer(_sgd_numpy_then_version_bump, expect="data_write",
+                    note="adversarial round 1: a NumPy write, then a no-op through detach()"),
+        WrongAnswer(_sgd_forged_version, expect="data_write", note="the counter moved by hand"),
+        WrongAnswer(_sgd_forged_out_of_sight, expect="data_write",
+                    note="the counter moved by hand through functools.partial: the ledger judges the write itself"),
+        WrongAnswer(_sgd_stops_requiring_grad, expect="modified_input",
+                    note="adversarial round 1: the parameters stop requiring grad"),
+        WrongAnswer(_sgd_grad_mode_left_off, expect="state", note="adversarial round 1: grad mode left off"),
         WrongAnswer(_sgd_new_tensors, expect="error", note="new tensors in place of the old ones: the tuple refuses"),
         WrongAnswer(_sgd_grad_zeroed, expect="grad_zeroed",
                     note=".grad zeroed: a near miss of grad_not_cleared, whose message would be false here"),
