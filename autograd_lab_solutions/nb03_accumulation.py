@@ -3,7 +3,8 @@
 import torch
 import torch.nn.functional as F
 
-from autograd_lab.checking import Exercise, Method, Misconception, WrongAnswer, register
+from autograd_lab.checking import Exercise, Method, Misconception, WrongAnswer, register, uses_autograd
+from autograd_lab.checking.variation import choose, generator
 
 
 # --- 03.accumulated_grad --------------------------------------------------------
@@ -17,11 +18,14 @@ def accumulated_grad(w, x, y, k):
 
 
 def _accumulated_grad_inputs(seed, hidden):
-    generator = torch.Generator().manual_seed(seed)
-    batch, features, k = (24, 6, 3) if hidden else (12, 5, 4)
-    w = torch.randn(features, generator=generator)
-    x = torch.randn(batch, features, generator=generator)
-    y = torch.randn(batch, generator=generator)
+    g = generator(seed)
+    # k differs on every public seed, so an answer that ignores k (or fixes the number of
+    # backward passes) fails publicly; the batch size is a multiple of k.
+    k = choose(seed, (3, 4, 2), hidden=hidden, hidden_choices=(5, 6))
+    features = choose(seed, (5, 3, 4), hidden=hidden, hidden_choices=(6, 2))
+    w = torch.randn(features, generator=g)
+    x = torch.randn(3 * k, features, generator=g)
+    y = torch.randn(3 * k, generator=g)
     return w, x, y, k
 
 
@@ -67,12 +71,53 @@ def _one_full_batch_backward(w, x, y, k):
     return w.grad
 
 
-# Every input has k >= 3 micro-batches; the facts do not see k, so this asks for more than one pass.
+def _full_batch_twice(w, x, y, k):
+    """A reviewer's shortcut: the full-batch loss halved, backward twice through one graph."""
+    w = w.detach().clone().requires_grad_()
+    loss = F.mse_loss(x @ w, y)
+    (loss / 2).backward(retain_graph=True)
+    (loss / 2).backward()
+    return w.grad
+
+
+def _four_micro_batches(w, x, y, k):
+    """A reviewer's shortcut: k ignored, four micro-batches whatever the prompt says."""
+    w = w.detach().clone().requires_grad_()
+    for x_micro, y_micro in zip(x.chunk(4), y.chunk(4)):
+        (F.mse_loss(x_micro @ w, y_micro) * len(x_micro) / len(x)).backward()
+    return w.grad
+
+
+def _formula_with_backward_for_show(w, x, y, k):
+    """A reviewer's shortcut: k backward passes for show, then the closed-form gradient."""
+    for _ in range(k):
+        torch.zeros((), requires_grad=True).backward()
+    return 2 / len(x) * x.T @ (x @ w - y)
+
+
+def _on_callers_w(w, x, y, k):
+    """A reviewer's shortcut: the right gradient, taken on the caller's own `w`."""
+    w.requires_grad_()
+    for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
+        (F.mse_loss(x_micro @ w, y_micro) / k).backward()
+    return w.grad.clone()
+
+
+def _zeroes_inputs(w, x, y, k):
+    """A reviewer's shortcut: the right gradient, then the caller's batch wiped."""
+    grad = accumulated_grad(w, x, y, k)
+    x.zero_()
+    y.zero_()
+    return grad
+
+
+# The facts do not see k; the case's arguments do (args[3] is k), and a one-line lambda on
+# facts and args travels in a release, so check() refuses what the grader refuses.
 ONE_BACKWARD_PER_MICRO_BATCH = Method(
     name="one backward pass per micro-batch",
-    holds=lambda facts: facts["engine_runs"] >= 2,
-    message=("your answer ran a single backward pass (or none), so it did not accumulate over "
-             "micro-batches: call `backward()` once per `x.chunk(k)` micro-batch."),
+    holds=lambda facts, args: facts["engine_runs"] == args[3],
+    message=("your answer ran a different number of backward passes than there are micro-batches: "
+             "call `backward()` once for each of the `k` micro-batches, on that micro-batch's loss."),
     tag="one_backward")
 
 
@@ -83,22 +128,28 @@ register(Exercise(
     reference=accumulated_grad,
     inputs=_accumulated_grad_inputs,
     hints=(
-        "Make a leaf of your own: w = w.detach().clone().requires_grad_(). Its .grad starts as None.",
-        "Loop over zip(x.chunk(k), y.chunk(k)) and call .backward() on each micro-batch loss: "
-        "the gradients add up in w.grad.",
-        "F.mse_loss averages over its micro-batch; the batch mean is the average of the k "
-        "micro-batch means, so divide each micro-batch loss by k.",
+        "The gradient has to land somewhere that starts empty and is yours: the caller's `w` must "
+        "come out of your function exactly as it went in (its values, its `requires_grad`, its `.grad`).",
+        "Look at what happens to `.grad` between two backward calls when nothing clears it: that is "
+        "the whole mechanism. Each micro-batch needs its own forward pass and its own backward call.",
+        "`F.mse_loss` is a mean over the rows it is given. With k micro-batches of equal size, how is "
+        "the mean over every row related to the k micro-batch means?",
     ),
     misconceptions=(
         Misconception(
             "last_micro_batch_only",
-            "Your gradient is the last micro-batch's alone: .grad was reset inside the loop (a "
-            "zero_grad or a fresh leaf per micro-batch). Every backward must add into the same .grad.",
+            "Your gradient is the last micro-batch's alone: `.grad` was reset inside the loop (a "
+            "`zero_grad` or a fresh leaf per micro-batch). Every backward must add into the same `.grad`.",
             _keeps_only_last_micro_batch),
     ),
-    method=ONE_BACKWARD_PER_MICRO_BATCH,
+    method=(uses_autograd(), ONE_BACKWARD_PER_MICRO_BATCH),
     wrong_answers=(
         WrongAnswer(_one_full_batch_backward, expect="one_backward", note="right value, no accumulation"),
+        WrongAnswer(_full_batch_twice, expect="one_backward", note="full batch, backward twice"),
+        WrongAnswer(_four_micro_batches, expect="one_backward", note="k ignored"),
+        WrongAnswer(_formula_with_backward_for_show, expect="typed_formula", note="closed form"),
+        WrongAnswer(_on_callers_w, expect="modified_input", note="requires_grad_ on the caller's w"),
+        WrongAnswer(_zeroes_inputs, expect="modified_input", note="x and y zeroed after a right answer"),
         WrongAnswer(_without_division, expect="scaled", note="forgot / k"),
         WrongAnswer(_zeroed_inside_loop, expect="last_micro_batch_only"),
         WrongAnswer(_grad_of_non_leaf, expect="none"),
@@ -114,16 +165,51 @@ def micro_batch_losses(token_losses, masks):
 
 
 def _micro_batch_losses_inputs(seed, hidden):
-    generator = torch.Generator().manual_seed(seed)
-    k, rows = (5, 3) if hidden else (4, 2)
+    g = generator(seed)
+    # The number of micro-batches differs on every public seed (a hard-coded count fails there),
+    # and the token losses require grad like a model's would: the answer must be a loss one can
+    # call backward() on, so the checker backpropagates through it ("grad").
+    k = choose(seed, (4, 3, 5), hidden=hidden, hidden_choices=(6, 2))
+    rows = choose(seed, (2, 3, 2), hidden=hidden, hidden_choices=(3, 4))
     token_losses, masks = [], []
     for _ in range(k):
         # Very different lengths per micro-batch: that is what makes mean-of-means wrong.
-        width = int(torch.randint(2, 60, (), generator=generator))
-        lengths = torch.randint(1, width + 1, (rows,), generator=generator)
+        width = int(torch.randint(2, 60, (), generator=g))
+        lengths = torch.randint(1, width + 1, (rows,), generator=g)
         masks.append(torch.arange(width) < lengths[:, None])
-        token_losses.append(torch.rand(rows, width, generator=generator) * 4)   # padding holds junk too
+        # padding holds junk too
+        token_losses.append((torch.rand(rows, width, generator=g) * 4).requires_grad_())
     return token_losses, masks
+
+
+def _detached(token_losses, masks):
+    """A reviewer's shortcut: the right numbers, as constants that backward() cannot go through."""
+    total = sum(int(mask.sum()) for mask in masks)
+    return [torch.tensor(float(losses[mask].sum()) / total) for losses, mask in zip(token_losses, masks)]
+
+
+def _cut_from_token_losses(student, reference, args, *, student_run):
+    """The returned losses carry no gradient back to the token losses (the grad phase found none)."""
+    return student_run.input_grads is None
+
+
+def _padding_in_numerator(token_losses, masks):
+    total = sum(int(mask.sum()) for mask in masks)
+    return [losses.sum() / total for losses in token_losses]      # wrong: padded losses summed too
+
+
+def _zeroes_callers_padding(token_losses, masks):
+    """A reviewer's shortcut: the padding zeroed in the caller's own tensors, then summed."""
+    total = sum(int(mask.sum()) for mask in masks)
+    with torch.no_grad():
+        for losses, mask in zip(token_losses, masks):
+            losses[~mask] = 0
+    return [losses.sum() / total for losses in token_losses]
+
+
+def _four_micro_batches_only(token_losses, masks):
+    total = sum(int(mask.sum()) for mask in masks)
+    return [token_losses[i][masks[i]].sum() / total for i in range(4)]
 
 
 def _mean_of_means(token_losses, masks):
@@ -157,6 +243,7 @@ def _counts_padding(student, reference, args):
         [losses.mean() / k for losses in token_losses],
         [losses.mean() for losses in token_losses],
         [losses[mask].sum() / positions for losses, mask in zip(token_losses, masks)],
+        [losses.sum() / sum(int(mask.sum()) for mask in masks) for losses in token_losses],
     ]
     return _matches_any(student, candidates)
 
@@ -167,12 +254,14 @@ register(Exercise(
     answer_name="micro_batch_losses",
     reference=micro_batch_losses,
     inputs=_micro_batch_losses_inputs,
+    compare=("value", "grad"),
     hints=(
-        "The target is the mean over every real token of the window: (sum of all real token "
-        "losses) / (number of real tokens in all micro-batches).",
-        "Count the real tokens of the whole window first: sum(int(mask.sum()) for mask in masks).",
-        "For each micro-batch, sum its real token losses (losses[mask].sum()) and divide by that "
-        "window total. Do not divide by k.",
+        "Write the target as one fraction over the whole window, then ask which part of it each "
+        "micro-batch contributes when the backward calls add up.",
+        "A denominator that changes from one micro-batch to the next weighs their tokens differently. "
+        "Which count is the same for every micro-batch of the window?",
+        "Each returned loss must still be connected to its token losses: the gradient of the mean has to "
+        "flow back through it.",
     ),
     misconceptions=(
         Misconception(
@@ -183,58 +272,131 @@ register(Exercise(
             _is_mean_of_means),
         Misconception(
             "counts_padding",
-            "Padded positions were counted: use the mask to select real tokens (losses[mask]) and "
-            "count only those in the denominator.",
+            "Padded positions were counted, in the sum or in the count: only the positions the mask "
+            "marks as real tokens belong in either.",
             _counts_padding),
+        Misconception(
+            "not_differentiable",
+            "Your losses are constants to autograd: no gradient reaches the token losses, so calling "
+            "`backward()` on them would train nothing. Compute them from the token-loss tensors with "
+            "tensor operations, without `.item()`, `float()`, `torch.tensor(...)` or `torch.no_grad()`.",
+            _cut_from_token_losses),
     ),
     wrong_answers=(
         WrongAnswer(_mean_of_means, expect="mean_of_means"),
         WrongAnswer(_mean_per_micro_batch, expect="mean_of_means", note="and no / k either"),
         WrongAnswer(_padding_counted, expect="counts_padding"),
+        WrongAnswer(_padding_in_numerator, expect="counts_padding", note="padding summed, real tokens counted"),
+        WrongAnswer(_detached, expect="not_differentiable", note="constants: no gradient reaches the token losses"),
+        WrongAnswer(_four_micro_batches_only, expect="error", note="four micro-batches hard-coded"),
+        WrongAnswer(_zeroes_callers_padding, expect="modified_input", note="overwrote the caller's token losses"),
     ),
 ))
 
 
 # --- 03.train -------------------------------------------------------------------
 
-def train(w0, x, y, lr, steps):
+def train(w0, x, y, lr, steps, k):
     w = w0.detach().clone().requires_grad_()
     optimizer = torch.optim.SGD([w], lr=lr)
     for _ in range(steps):
-        optimizer.zero_grad()              # clear last step's gradient before this backward
-        loss = F.mse_loss(x @ w, y)
-        loss.backward()
+        optimizer.zero_grad()              # once per optimizer step, before its k backward calls
+        for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
+            loss = F.mse_loss(x_micro @ w, y_micro) / k
+            loss.backward()
         optimizer.step()
     return w.detach()
 
 
 def _train_inputs(seed, hidden):
-    generator = torch.Generator().manual_seed(seed)
-    features, steps = (6, 8) if hidden else (4, 5)
-    w0 = torch.randn(features, generator=generator)
-    x = torch.randn(16, features, generator=generator)
-    y = x @ torch.randn(features, generator=generator)
-    return w0, x, y, 0.1, steps
+    g = generator(seed)
+    # lr, steps and k differ on every public seed: an answer that fixes any of them fails publicly.
+    features = choose(seed, (4, 3, 5), hidden=hidden, hidden_choices=(6, 2))
+    steps = choose(seed, (5, 3, 4), hidden=hidden, hidden_choices=(6, 7))
+    k = choose(seed, (4, 2, 3), hidden=hidden, hidden_choices=(5, 2))
+    lr = choose(seed, (0.1, 0.05, 0.2), hidden=hidden, hidden_choices=(0.15, 0.08))
+    w0 = torch.randn(features, generator=g)
+    x = torch.randn(4 * k, features, generator=g)
+    y = x @ torch.randn(features, generator=g)
+    return w0, x, y, lr, steps, k
 
 
-def _buggy_train(w0, x, y, lr, steps, zero_before_step=False):
+def _buggy_train(w0, x, y, lr, steps, k, clear="micro-batch"):
     w = w0.detach().clone().requires_grad_()
     optimizer = torch.optim.SGD([w], lr=lr)
     for _ in range(steps):
-        loss = F.mse_loss(x @ w, y)
-        loss.backward()
-        if zero_before_step:
+        for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
+            if clear == "micro-batch":
+                optimizer.zero_grad()      # the bug: each backward wipes the micro-batches before it
+            (F.mse_loss(x_micro @ w, y_micro) / k).backward()
+        if clear == "before step":
             optimizer.zero_grad()          # wrong place: step() then sees no gradient
         optimizer.step()
     return w.detach()
 
 
-def _no_zero_grad(w0, x, y, lr, steps):
-    return _buggy_train(w0, x, y, lr, steps)
+def _zero_grad_per_micro_batch(w0, x, y, lr, steps, k):
+    return _buggy_train(w0, x, y, lr, steps, k)
 
 
-def _zero_grad_before_step(w0, x, y, lr, steps):
-    return _buggy_train(w0, x, y, lr, steps, zero_before_step=True)
+def _no_zero_grad(w0, x, y, lr, steps, k):
+    return _buggy_train(w0, x, y, lr, steps, k, clear="never")
+
+
+def _zero_grad_before_step(w0, x, y, lr, steps, k):
+    return _buggy_train(w0, x, y, lr, steps, k, clear="before step")
+
+
+def _closed_form(w0, x, y, lr, steps, k):
+    """A reviewer's shortcut: gradient descent with the formula, no autograd and no optimizer."""
+    w = w0.clone()
+    for _ in range(steps):
+        w = w - lr * 2 / len(x) * x.T @ (x @ w - y)
+    return w
+
+
+def _by_hand_update(w0, x, y, lr, steps, k):
+    """A reviewer's shortcut: autograd, but the update written by hand instead of the optimizer."""
+    w = w0.detach().clone().requires_grad_()
+    for _ in range(steps):
+        w.grad = None
+        for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
+            (F.mse_loss(x_micro @ w, y_micro) / k).backward()
+        with torch.no_grad():
+            w -= lr * w.grad
+    return w.detach()
+
+
+def _full_batch_step(w0, x, y, lr, steps, k):
+    """No accumulation: one backward on the whole batch per step (the prompt keeps the k micro-batches)."""
+    w = w0.detach().clone().requires_grad_()
+    optimizer = torch.optim.SGD([w], lr=lr)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        F.mse_loss(x @ w, y).backward()
+        optimizer.step()
+    return w.detach()
+
+
+def _fixed_lr(w0, x, y, lr, steps, k):
+    """A reviewer's overfit: the learning rate of the notebook's case, whatever the argument says."""
+    return train(w0, x, y, 0.1, steps, k)
+
+
+def _trains_callers_w0(w0, x, y, lr, steps, k):
+    """A reviewer's shortcut: the caller's w0 trained in place (detach without clone shares it)."""
+    w = w0.detach().requires_grad_()
+    optimizer = torch.optim.SGD([w], lr=lr)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
+            (F.mse_loss(x_micro @ w, y_micro) / k).backward()
+        optimizer.step()
+    return w.detach().clone()
+
+
+def _keeps_last_micro_batch(student, reference, args):
+    return torch.allclose(student, _zero_grad_per_micro_batch(*args), atol=1e-6)
 
 
 def _accumulates_across_steps(student, reference, args):
@@ -245,31 +407,63 @@ def _never_moves(student, reference, args):
     return torch.equal(student, args[0]) and not torch.equal(reference, args[0])
 
 
+# The loop keeps its optimizer: one SGD step per training step (args[4] is `steps`). A one-line
+# lambda on facts and args travels in a release, with the spec its tape must watch; the spec is
+# absent from facts["ran"] when it never ran, hence the default merged in without a name.
+OPTIMIZER_STEPS = Method(
+    name="the loop's own optimizer, one `optimizer.step()` per training step",
+    holds=lambda facts, args: {"code:torch.optim.sgd:SGD.step": 0, **facts["ran"]}["code:torch.optim.sgd:SGD.step"] == args[4],
+    message=("the prompt keeps the model, the loss and the optimizer: update `w` with the SGD "
+             "optimizer's `step()`, once per training step, not with a formula or by hand."),
+    tag="optimizer_step",
+    watch=("code:torch.optim.sgd:SGD.step",))
+
+# One backward pass per micro-batch of every step (args[4] steps, args[5] micro-batches).
+MICRO_BATCH_BACKWARDS = Method(
+    name="one backward pass per micro-batch",
+    holds=lambda facts, args: facts["engine_runs"] == args[4] * args[5],
+    message=("the prompt keeps the k micro-batches: call `backward()` once per micro-batch of every "
+             "step, as the given loop does."),
+    tag="micro_batch_backwards")
+
+
 register(Exercise(
     id="03.train",
-    title="Find the bug in a loop that accumulates across steps",
+    title="Find the bug in a loop that accumulates over micro-batches",
     answer_name="train",
     reference=train,
     inputs=_train_inputs,
+    method=(OPTIMIZER_STEPS, MICRO_BATCH_BACKWARDS),
     hints=(
-        "Print w.grad at the start of each step of the given loop: what is in it at step 2?",
-        "Gradients add up in .grad across backward calls; something must clear them once per step.",
-        "Call optimizer.zero_grad() at the start of every step, before loss.backward().",
+        "Print `w.grad` just before `optimizer.step()` in the given loop, and compare it with the "
+        "gradient of the whole batch's loss: which micro-batches does it contain?",
+        "Each call that clears gradients erases every `backward()` before it. How many times per "
+        "optimizer step should that happen, and where?",
     ),
     misconceptions=(
         Misconception(
+            "last_micro_batch_only",
+            "Your weights match the loop as given: each step applied only the last micro-batch's "
+            "gradient, because the gradients were cleared before every micro-batch's backward.",
+            _keeps_last_micro_batch),
+        Misconception(
             "accumulated_across_steps",
-            "Your weights match the original loop: .grad is never cleared, so every step applies "
-            "the sum of all gradients so far. Call optimizer.zero_grad() once per step.",
+            "Your gradients are never cleared, so every step applies the sum of all gradients so far.",
             _accumulates_across_steps),
         Misconception(
             "zeroed_before_step",
-            "Your weights never moved: zero_grad() ran between backward() and step(), so step() "
-            "found no gradient. Clear the gradients before backward(), not after it.",
+            "Your weights never moved: the gradients were cleared between the last backward and "
+            "`step()`, so `step()` found none.",
             _never_moves),
     ),
     wrong_answers=(
-        WrongAnswer(_no_zero_grad, expect="accumulated_across_steps", note="the loop as given"),
+        WrongAnswer(_zero_grad_per_micro_batch, expect="last_micro_batch_only", note="the loop as given"),
+        WrongAnswer(_no_zero_grad, expect="accumulated_across_steps"),
         WrongAnswer(_zero_grad_before_step, expect="zeroed_before_step"),
+        WrongAnswer(_closed_form, expect="optimizer_step", note="formula, no optimizer"),
+        WrongAnswer(_by_hand_update, expect="optimizer_step", note="update by hand"),
+        WrongAnswer(_full_batch_step, expect="micro_batch_backwards", note="no micro-batches"),
+        WrongAnswer(_fixed_lr, expect="wrong_value", note="lr hard-coded"),
+        WrongAnswer(_trains_callers_w0, expect="modified_input", note="detach without clone"),
     ),
 ))
