@@ -202,7 +202,6 @@ _TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+(?:\.\d+)?|\*\*|//|[-+*/@=()\[\]
 # Exercises whose hints give the answer away today, for their notebook's owner to rewrite.  Strict:
 # once the hints are rewritten, the entry must go.
 HINTS_GIVE_IT_AWAY = {  # measured at the engine's commit; owners rewrite, then delete the line
-    "03.accumulated_grad": "holds 59% of the reference's token trigrams; restates `w = w.detach().clone().requires_grad_()`",
 }
 
 
