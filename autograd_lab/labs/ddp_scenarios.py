@@ -173,7 +173,7 @@ def make_batchnorm_model():
 
 
 def shifted_shard(inputs, rank, world_size):
-    """Rank ``rank``'s rows, shifted by ``rank``: the ranks' data differ, as real shards often do."""
+    """Rank ``rank``'s rows, shifted by ``rank``, so that the ranks' data differ."""
     return rank_slice(inputs, rank, world_size) + rank
 
 
