@@ -7,8 +7,12 @@ captured (nbgrader scores a cell that writes to stderr as zero; we put them in
 the result instead); only warnings raised by the student's own code are kept, each
 with its line (``origin``).
 
-``deadline(seconds)`` interrupts code that runs too long.  It uses ``SIGALRM``,
-which only exists on POSIX and only works in the main thread: elsewhere (Windows,
+``deadline(seconds)`` interrupts code that runs too long: ``seconds`` of this
+process's CPU time (``ITIMER_PROF``), not of the wall clock, so a busy machine
+never makes an honest answer time out (a verdict may not depend on the load; a
+check on a loaded 2-core machine took 12.6 s of wall clock for 2 s of work).  An
+answer that waits without computing (``time.sleep``) is not stopped by it.  The
+timer only exists on POSIX and only works in the main thread: elsewhere (Windows,
 a worker thread) the check runs without a time limit, and ``deadline.supported``
 says so.  Code stuck inside one long C++ call is interrupted when that call
 returns to Python, and code that is importing a module when the alarm comes is
@@ -32,19 +36,19 @@ class TimedOut(BaseException):
     """Raised inside answer code when its time is up.
 
     A ``BaseException`` so that a student's ``except Exception`` cannot swallow it;
-    the timer also re-fires every 50 ms until the check regains control, which
+    the timer also re-fires every 50 ms of CPU time until the check regains control, which
     defeats a bare ``except:`` inside a loop.
     """
 
 
 class deadline:
-    """Context manager: raise ``TimedOut`` in the running code after ``seconds``."""
+    """Context manager: raise ``TimedOut`` in the running code after ``seconds`` of CPU time."""
 
     _REFIRE = 0.05
 
     def __init__(self, seconds):
         self.seconds = seconds
-        self.supported = (seconds is not None and hasattr(signal, "SIGALRM")
+        self.supported = (seconds is not None and hasattr(signal, "SIGPROF")
                           and threading.current_thread() is threading.main_thread())
         self._active = False
 
@@ -61,16 +65,16 @@ class deadline:
 
     def __enter__(self):
         if self.supported:
-            self._previous = signal.signal(signal.SIGALRM, self._fire)
+            self._previous = signal.signal(signal.SIGPROF, self._fire)
             self._active = True
-            signal.setitimer(signal.ITIMER_REAL, max(self.seconds, 0.001), self._REFIRE)
+            signal.setitimer(signal.ITIMER_PROF, max(self.seconds, 0.001), self._REFIRE)
         return self
 
     def __exit__(self, *exc_info):
         self._active = False
         if self.supported:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, self._previous)
+            signal.setitimer(signal.ITIMER_PROF, 0)
+            signal.signal(signal.SIGPROF, self._previous)
         return False
 
 

@@ -11,8 +11,8 @@ own execute request: what the notebook printed, and what its own ``check``
 calls said, are never read.
 
 Each call of the answer has ``timeout`` seconds of this process's CPU time
-(``ITIMER_PROF``), not of the wall clock, so a busy machine does not make an
-honest answer time out.
+(``hermetic.deadline``, as ``check()`` gives it), not of the wall clock, so a busy
+machine does not make an honest answer time out.
 
 Everything here runs next to student code, so nothing here is trusted: the
 grader deserialises the bytes with ``torch.load(weights_only=True)`` and judges
@@ -24,8 +24,6 @@ import base64
 import copy
 import io
 import pickle
-import signal
-import threading
 from collections.abc import Mapping
 
 MIME = "application/vnd.autograd-lab.records+base64"
@@ -144,10 +142,10 @@ def emit(exercise_id, seeds, timeout, inputs=None, hidden_seeds=()):
 
 def _observe(exercise, answer, seed, timeout):
     from autograd_lab.checking import observe
-    from autograd_lab.checking.hermetic import TimedOut
+    from autograd_lab.checking.hermetic import TimedOut, deadline
 
     try:
-        with cpu_deadline(timeout) as timer:
+        with deadline(timeout) as timer:
             record = observe(exercise, answer, seed)
             timer.stop()
     except TimedOut:   # out of time outside the answer's own call: the same verdict
@@ -164,45 +162,6 @@ def _out_of_time(*args, **kwargs):
     raise TimedOut()
 
 
-class cpu_deadline:
-    """Raise ``TimedOut`` in the running code after ``seconds`` of this process's CPU time.
-
-    Like ``hermetic.deadline``, but on ``ITIMER_PROF``, which counts CPU time, so
-    the verdict does not depend on what else runs on the machine.  It re-fires
-    every 50 ms of CPU time until the code stops, which defeats a bare
-    ``except:`` in a loop.
-    """
-
-    _REFIRE = 0.05
-
-    def __init__(self, seconds):
-        self.seconds = seconds
-        self.supported = seconds is not None and threading.current_thread() is threading.main_thread()
-        self._active = False
-
-    def _fire(self, signum, frame):
-        if self._active:
-            from autograd_lab.checking.hermetic import TimedOut
-            raise TimedOut()
-
-    def stop(self):
-        self._active = False
-
-    def __enter__(self):
-        if self.supported:
-            self._previous = signal.signal(signal.SIGPROF, self._fire)
-            self._active = True
-            signal.setitimer(signal.ITIMER_PROF, max(self.seconds, 0.001), self._REFIRE)
-        return self
-
-    def __exit__(self, *exc_info):
-        self._active = False
-        if self.supported:
-            signal.setitimer(signal.ITIMER_PROF, 0)
-            signal.signal(signal.SIGPROF, self._previous)
-        return False
-
-
 def jacobians(exercise, answer, seed, timeout, eps=1e-6):
     """The analytical and central-difference Jacobians of the answer's first output, in float64.
 
@@ -211,7 +170,7 @@ def jacobians(exercise, answer, seed, timeout, eps=1e-6):
     """
     import torch
 
-    from autograd_lab.checking.hermetic import TimedOut, isolated
+    from autograd_lab.checking.hermetic import TimedOut, deadline, isolated
     from autograd_lab.checking.observe import as_callable
 
     function = as_callable(answer)
@@ -223,7 +182,7 @@ def jacobians(exercise, answer, seed, timeout, eps=1e-6):
         return (out[0] if isinstance(out, (tuple, list)) else out).reshape(-1)
 
     try:
-        with isolated(seed), cpu_deadline(timeout) as timer:
+        with isolated(seed), deadline(timeout) as timer:
             analytical, numerical = [], []
             output = first_output(*args)
             for index, arg in enumerate(args):
