@@ -17,6 +17,11 @@ load hits both alike; the table gives each round and the median.  The notebooks 
 (the exercise cells become solution cells, the check cells become test cells
 with plain asserts), and its kernel is this environment's Python, so both graders
 run the same code.  See ``docs/benchmarks.md`` for why otter cannot run here.
+
+``--class N`` grades a class instead: N students who each hand in the course's real
+notebook 00 (made by ``autograd-lab solve``, every cell of the lab, a third of them with
+a wrong ``cube_grad``), which nbgrader grades too, so the two compare per submission on
+the same class (issue 21.6; the 40-file batch stops nbgrader at its first duplicated cell).
 """
 
 import argparse
@@ -52,11 +57,28 @@ def build_batch(folder):
     return sorted(folder.glob("*.ipynb"))
 
 
-NBGRADER_TESTS = {
-    "00.cube_grad": "x = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)\n"
-                    "assert torch.allclose(cube_grad(x), 3 * x ** 2)",
-    "00.needs_grad": 'assert needs_grad == {"w": True, "x": False, "b": True, "h": False}',
-}
+def build_class(folder, size):
+    """``size`` students' copies of the solved notebook 00; every third has a wrong cube_grad."""
+    solved = folder.parent / "solved"
+    subprocess.run([sys.executable, "-m", "autograd_lab.course.cli", "solve",
+                    str(Path(__file__).resolve().parents[1] / "notebooks" / "00_start_here.ipynb"),
+                    "--out", str(solved)], check=True, capture_output=True)
+    notebook = nbformat.read(str(next(solved.glob("00_*.ipynb"))), as_version=4)
+    for student in range(size):
+        copy = nbformat.from_dict(json.loads(json.dumps(notebook)))
+        if student % 3 == 2:
+            cell = next(c for c in copy.cells if c.metadata.get("autograd_lab", {}).get("exercise") == "00.cube_grad")
+            cell.source = "def cube_grad(x):\n    return 2 * x ** 2"
+        nbformat.write(copy, str(folder / f"student_{student:02d}.ipynb"))
+    return sorted(folder.glob("*.ipynb"))
+
+
+def nbgrader_tests():
+    """nbgrader's test cells: plain asserts, with the key computed by the reference."""
+    from autograd_lab import checking
+    return {"00.cube_grad": "x = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)\n"
+                            "assert torch.allclose(cube_grad(x), 3 * x ** 2)",
+            "00.needs_grad": f"assert needs_grad == {checking.get('00.needs_grad').reference()!r}"}
 
 
 def _as_nbgrader(notebook):
@@ -71,18 +93,18 @@ def _as_nbgrader(notebook):
                                      "schema_version": 3, "solution": True, "task": False}
         following = cells[index + 1] if index + 1 < len(cells) else None
         if following is not None and following.source.startswith("check("):
-            following.source = NBGRADER_TESTS[exercise_id]
+            following.source = nbgrader_tests()[exercise_id]
             following.metadata["nbgrader"] = {"grade": True, "grade_id": f"test_{name}", "locked": True,
                                               "points": 1, "schema_version": 3, "solution": False,
                                               "task": False}
     return notebook
 
 
-def time_nbgrader(nbgrader, files, root, cell_timeout):
+def time_nbgrader(nbgrader, files, root, cell_timeout, master=None):
     """Wall seconds of ``nbgrader autograde`` on ``files``; the course folder is built under ``root``."""
     source = root / "source" / "ps0"
     source.mkdir(parents=True)
-    master = nbformat.v4.new_notebook(cells=base_cells(), metadata={"kernelspec": {
+    master = master or nbformat.v4.new_notebook(cells=base_cells(), metadata={"kernelspec": {
         "name": "python3", "display_name": "Python 3", "language": "python"}})
     nbformat.write(_as_nbgrader(master), str(source / "ps0.ipynb"))
     for path in files:
@@ -140,13 +162,15 @@ def main(argv=None):
     parser.add_argument("--cell-timeout", type=float, default=10.0)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--nbgrader", help="an nbgrader executable (in a throwaway venv), or 'auto'")
+    parser.add_argument("--class", dest="class_size", type=int, default=0,
+                        help="grade a class of N real notebook-00 submissions instead of the 40-file batch")
     args = parser.parse_args(argv)
     nbgrader = _nbgrader_path(args.nbgrader) if args.nbgrader else None
     ours, theirs, statuses, sandbox = [], [], Counter(), ""
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp, "submissions")
         folder.mkdir()
-        files = build_batch(folder)
+        files = build_class(folder, args.class_size) if args.class_size else build_batch(folder)
         for round_number in range(args.rounds):
             options = Options(out=os.path.join(tmp, f"out{round_number}"), jobs=args.jobs,
                               cell_timeout=args.cell_timeout, notebooks=("00",), progress=True)
@@ -156,7 +180,9 @@ def main(argv=None):
             statuses = Counter(g["status"] for r in reports for g in r["exercises"])
             sandbox = reports[0]["sandbox"]
             if nbgrader:
-                theirs.append(time_nbgrader(nbgrader, files, Path(tmp, f"nbgrader{round_number}"), args.cell_timeout))
+                master = nbformat.read(str(files[0]), as_version=4) if args.class_size else None
+                theirs.append(time_nbgrader(nbgrader, files, Path(tmp, f"nbgrader{round_number}"), args.cell_timeout,
+                                            master))
     load = os.getloadavg()[0]
     print(f"\nMeasured {datetime.date.today()} on {platform.machine()}, {os.cpu_count()} CPU cores, "
           f"Python {platform.python_version()}; 1-minute load average at the end: {load:.1f}.\n")
@@ -177,7 +203,8 @@ def main(argv=None):
             print(f"\nnbgrader's first error: {why[:300]}")
     print(f"\nExercise verdicts: {dict(sorted(statuses.items()))}")
     print(f"Kernels ran in: {sandbox} (the wall time includes building the student build once).")
-    print(f"Target: under 90 s, sandbox on. {'Met' if wall < 90 else 'Not met'} in this run (median).")
+    if not args.class_size:
+        print(f"Target: under 90 s, sandbox on. {'Met' if wall < 90 else 'Not met'} in this run (median).")
 
 
 if __name__ == "__main__":
