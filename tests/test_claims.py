@@ -37,3 +37,16 @@ def test_unmarked_statements_never_grow(notebook):
         f"notebook {notebook} has {counts['unmarked']} statements with no claim marker (at most {allowed}): "
         "follow each factual sentence with <!-- asserted: CELL-ID --> or <!-- unasserted: NN.slug --> "
         "(docs/contracts.md §6); `scripts/count-claims --unmarked NN` lists them:\n" + "\n".join(unmarked[-10:]))
+
+
+def test_the_readme_states_the_counts_as_they_are():
+    """The README's promise is the measured one (issue 22: it said every claim was asserted)."""
+    import re
+    totals = {key: sum(counts[key] for counts, _, _ in COUNTS.values())
+              for key in ("statements", "asserted", "unasserted", "unmarked")}
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    found = re.search(r"of the (\d+) statements .*? (\d+) are asserted by a named cell, (\d+) are listed in "
+                      r"`docs/claims.md` .*? and (\d+) carry no marker", readme)
+    assert found, "README.md: the sentence with the claim counts is missing"
+    stated = dict(zip(("statements", "asserted", "unasserted", "unmarked"), map(int, found.groups())))
+    assert stated == totals, f"README.md states {stated}; scripts/count-claims measures {totals}"
