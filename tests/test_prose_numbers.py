@@ -172,7 +172,7 @@ def execute(path):
     (``AUTOGRAD_LAB_EXECUTED``; make runs it again whenever a notebook or the package changed).
     """
     copies = os.environ.get("AUTOGRAD_LAB_EXECUTED")
-    if copies:
+    if copies and Path(path).resolve().parent == ROOT / "notebooks":   # only the course's own labs ran there
         notebook, error = executed.read(copies, Path(path).name)
         assert error is None, f"{Path(path).name} did not run clean in {copies}: {error}"
         return notebook

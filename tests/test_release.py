@@ -227,7 +227,14 @@ def test_every_bank_answer_fails_in_the_release_and_most_keep_their_misconceptio
                 (exercise.id, expect, self_study.misconception, result.misconception))
     print(f"\nsame misconception: {len(same)}, different: {len(different)}: {different}; "
           f"checked only when graded: {unchecked}")
-    assert not different
+    assert [d for d in different if d[:2] not in SAME_RECORD] == []
+
+
+# Bank answers whose public records are identical to another misconception's, so a release (which
+# matches records) cannot tell them apart: 08.shard's padding once and a contiguous block both give
+# a rank past the data nothing when the dataset is shorter than the ranks (n=1, 3 ranks, rank 2), and
+# that public case is the one that catches padding once.  Self-study's detector names it.
+SAME_RECORD = {("08.shard", "padded_once")}
 
 
 def test_a_grading_kernel_can_observe_on_the_graders_inputs(build):
