@@ -122,10 +122,16 @@ def screenshots(page, name, artifacts):
 SCRATCH = "feedback_check.ipynb"
 SCRATCH_CELLS = [
     "import torch\nfrom autograd_lab import check",
-    # A correct answer whose anomaly mode warns: the feedback passes, with no internal paths.
-    "def nan_source(f, x):\n    x = x.detach().clone().requires_grad_()\n    try:\n"
-    "        with torch.autograd.detect_anomaly(check_nan=True):\n            f(x).backward()\n"
-    "    except RuntimeError as error:\n        return str(error).split(\"'\")[1]\n    return None\n\n"
+    # A correct answer that warns (anomaly mode announces itself): it passes, with no internal paths.
+    "def nan_source(f, x):\n    x = x.detach().clone().requires_grad_()\n    out, found = f(x), []\n"
+    "    def watch(node):\n        def hook(grad_inputs, grad_outputs):\n"
+    "            if not found and any(g is not None and not torch.isfinite(g).all() for g in grad_inputs):\n"
+    "                found.append(type(node).__name__)\n        return hook\n"
+    "    seen, stack = set(), [out.grad_fn]\n    while stack:\n        node = stack.pop()\n"
+    "        if node is None or node in seen:\n            continue\n        seen.add(node)\n"
+    "        node.register_hook(watch(node))\n        stack.extend(child for child, _ in node.next_functions)\n"
+    "    with torch.autograd.detect_anomaly(check_nan=False):\n        out.backward()\n"
+    "    return found[0] if found else None\n\n"
     "check(\"07.nan_source\", nan_source)",
     # A mistyped id: one line that names the closest id, not a traceback listing them all.
     "check(\"07.nan_sourc\", nan_source)",
