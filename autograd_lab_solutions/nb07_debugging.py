@@ -419,20 +419,26 @@ def _anomaly_names(f, x):
     return None
 
 
-def _nan_only(f, x):
-    # Hooks on every node, but looking for NaN only: the same node as anomaly mode.
-    x = _leaf(x)
-    out = f(x)
-    found = []
+def _nodes(out):
+    """Every node of ``out``'s graph once, depth first from the output (the bank's walks share it)."""
     stack, seen = [out.grad_fn], set()
     while stack:
         node = stack.pop()
         if node is None or node in seen:
             continue
         seen.add(node)
+        yield node
+        stack.extend(child for child, _ in node.next_functions)
+
+
+def _nan_only(f, x):
+    # Hooks on every node, but looking for NaN only: the same node as anomaly mode.
+    x = _leaf(x)
+    out = f(x)
+    found = []
+    for node in _nodes(out):
         node.register_hook(lambda grads, _, node=node: found.append(type(node).__name__)
                            if any(g is not None and torch.isnan(g).any() for g in grads) else None)
-        stack.extend(child for child, _ in node.next_functions)
     out.backward()
     return found[0] if found else None
 
@@ -442,15 +448,9 @@ def _pre_hooks(f, x):
     x = _leaf(x)
     out = f(x)
     found = []
-    stack, seen = [out.grad_fn], set()
-    while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
+    for node in _nodes(out):
         node.register_prehook(lambda grads, node=node: found.append(type(node).__name__)
                               if any(g is not None and not torch.isfinite(g).all() for g in grads) else None)
-        stack.extend(child for child, _ in node.next_functions)
     out.backward()
     return found[0] if found else None
 
@@ -470,16 +470,8 @@ def _first_op(f, x):
     out.backward()
     if torch.isfinite(x.grad).all():
         return None
-    stack, seen = [out.grad_fn], set()
-    while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        if any(type(child).__name__ == "AccumulateGrad" for child, _ in node.next_functions):
-            return type(node).__name__
-        stack.extend(child for child, _ in node.next_functions)
-    return None
+    return next((type(node).__name__ for node in _nodes(out)
+                 if any(type(child).__name__ == "AccumulateGrad" for child, _ in node.next_functions)), None)
 
 
 def _forward_check(f, x):
