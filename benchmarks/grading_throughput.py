@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from copy import deepcopy
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -65,7 +66,7 @@ def build_class(folder, size):
                     "--out", str(solved)], check=True, capture_output=True)
     notebook = nbformat.read(str(next(solved.glob("00_*.ipynb"))), as_version=4)
     for student in range(size):
-        copy = nbformat.from_dict(json.loads(json.dumps(notebook)))
+        copy = deepcopy(notebook)
         if student % 3 == 2:
             cell = next(c for c in copy.cells if c.metadata.get("autograd_lab", {}).get("exercise") == "00.cube_grad")
             cell.source = "def cube_grad(x):\n    return 2 * x ** 2"
