@@ -15,7 +15,10 @@ actually ran, not what the answer's names say.
 * ``ops``: ``{op: count}`` of the aten ops run outside the backward (at most 64 names);
   ``library_derivatives``: ops named ``*_backward`` (PyTorch's own derivative kernels);
   ``largest_numel``: the most elements of any tensor an op produced, backward included,
-  and ``largest_input_numel``: of a tensor argument;
+  and ``largest_input_numel``: of a tensor argument; ``backward_largest``: per backward pass
+  (in the order they ended, the first ``tape.MAX_RUNS``), the most elements of a tensor produced
+  inside it: a pass through a micro-batch's graph works on that micro-batch's rows, a pass
+  through the whole batch's graph on all of them;
 * ``output_from_engine``: ``True`` when every floating-point tensor the answer returned
   was computed from what the engine produced (``None``: it returned none);
 * ``ran``, ``copied``, ``instances``: per watched spec (``tape.py``), the calls of that
@@ -61,7 +64,7 @@ WRITES_SPEC = "code:torch._C._autograd:_unsafe_set_version_counter"
 VERSION_FORGERS = (WRITES_SPEC, "code:torch._C:_increment_version")
 
 FACTS = ("engine_runs", "nested_engine_runs", "backward_ops", "backward_op_names", "forward_ad", "ops",
-         "library_derivatives", "largest_numel", "largest_input_numel", "output_from_engine", "ran", "copied",
+         "library_derivatives", "largest_numel", "largest_input_numel", "backward_largest", "output_from_engine", "ran", "copied",
          "instances", "escapes", "tape_intact", "answer_kind", "own_backward_ops", "own_library_derivatives",
          "silent_writes", "samplers_built", "scalers_built", "tiny_engine_runs", "tiny_backwards",
          "tiny_own_backwards", "tiny_missing_backwards")
@@ -186,7 +189,9 @@ def watch(tensors, *, watchlist=(), answer=None, sizes=True):
     samplers = _CountingConstructions(torch.utils.data.DistributedSampler)
     scalers = _CountingConstructions(torch.amp.GradScaler)
     tiny = _TinyEngineRuns()
-    tape = Tape(watchlist, own=function_class, profile=bool(watchlist))   # the profile hook only for bans
+    # the profile hook only for bans (a ``wrt:`` spec asks for the provenance ledger, not for it)
+    tape = Tape(watchlist, own=function_class, profile=any(not s.startswith("wrt:") for s in watchlist),
+                arguments=list(tensors))
     ledger = _WriteLedger(tensors) if WRITES_SPEC in watchlist else None
     try:
         # The ledger's mode goes on first: its entering and leaving happen outside the tape's profile hook.
@@ -196,6 +201,8 @@ def watch(tensors, *, watchlist=(), answer=None, sizes=True):
         # With the ledger, its record replaces the counters' before and after: a dispatch mode
         # does not move the counters of ``_foreach_*_`` ops, which would read as silent writes.
         silent = ledger.silent_writes() if ledger is not None else _silent_writes(before)
+        if tape.provenance is not None:
+            tape.provenance.returned(_tensors(result.output))
         facts = tape.facts()
         if ledger is not None:
             facts["tape_intact"] = facts["tape_intact"] and ledger.intact
