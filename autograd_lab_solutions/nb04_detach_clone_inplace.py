@@ -268,6 +268,36 @@ def _squash_by_own_function(x):
     return _TypedSquash.apply(x)       # right values and gradient, from a derivative typed by hand
 
 
+# What takes a value out of autograd's sight by switching recording off: every switch of grad mode (no_grad,
+# enable_grad, set_grad_enabled and inference_mode are grad_mode's code; the builtin and the class are what
+# they call, reachable without them). Not here: `x.detach()` (a bound builtin method, which the tape does not
+# match, and the aten::detach op also runs when sigmoid saves its output) and `.data` (no op, no call): the
+# gradient detectors judge those where the gradient is wrong.
+_HIDING = ("code:torch.autograd.grad_mode", "code:torch._C:_set_grad_enabled", "code:torch._C:_InferenceMode")
+
+
+def _squash_straight_through(x):
+    with torch.no_grad():              # adversarial round 2: the broken code, harmless where nothing records ...
+        y = torch.sigmoid(x)
+        gate = y * x
+        y.mul_(2).sub_(1)
+        values = gate + y * x
+    s = torch.sigmoid(x.detach())
+    typed = 3 * s - 1 + 3 * x.detach() * s * (1 - s)     # ... and a derivative typed by hand, added with zero value
+    return values + (x * typed - (x * typed).detach())
+
+
+def _squash_set_grad_enabled(x):
+    torch.set_grad_enabled(False)      # no detach() and no no_grad(): the same constant, by a mode switch
+    y = torch.sigmoid(x)
+    gate = y * x
+    y.mul_(2).sub_(1)
+    typed = 3 * torch.sigmoid(x) - 1 + 3 * x * torch.sigmoid(x) * (1 - torch.sigmoid(x))
+    constant = gate + y * x - x * typed
+    torch.set_grad_enabled(True)
+    return constant + x * typed
+
+
 def _derivative(function, x):
     """d(function)/dx element by element (squash and its variants are elementwise), by autograd."""
     x = x.detach().clone().requires_grad_()
@@ -302,8 +332,13 @@ register(Exercise(
     reference=squash,
     inputs=_squash_inputs,
     compare=("value", "grad"),
-    method=no_library("code:torch.autograd.function:Function", "code:torch.autograd.function:BackwardCFunction",
-                      name="autograd's own derivatives (no custom `autograd.Function`)", tag="custom_function"),
+    method=(no_library("code:torch.autograd.function:Function", "code:torch.autograd.function:BackwardCFunction",
+                       name="autograd's own derivatives (no custom `autograd.Function`)", tag="custom_function"),
+            # Adversarial round 2: the broken code's values computed out of autograd's sight (detach, no_grad),
+            # plus a derivative typed by hand added straight-through, got full marks on values and gradients.
+            no_library(name="nothing hidden from autograd (no `no_grad()`, `set_grad_enabled` or `inference_mode()`: "
+                            "every value is computed where autograd records)", tag="hidden_from_autograd",
+                       specs=_HIDING)),
     hints=(
         "Read the error, or draw the graph with show_saved=True: which nodes saved the tensor that the in-place "
         "line overwrote? There are two.",
@@ -339,10 +374,14 @@ register(Exercise(
                     note="a NumPy view hides it too: the message must not say .data only"),
         WrongAnswer(_squash_detached, expect="detached_path", note="detach cuts a path"),
         WrongAnswer(_squash_sigmoid_detached, expect="detached_path", note="sigmoid of x.data: every sigmoid path cut"),
-        WrongAnswer(_squash_under_no_grad, expect="detached_path",
-                    note="no_grad cuts the same path: the message must not say detach()"),
+        WrongAnswer(_squash_under_no_grad, expect="hidden_from_autograd",
+                    note="no_grad cuts the same path; round 2: refused by the method, before its gradient is compared"),
         WrongAnswer(_squash_mapped_first, expect="mapped_too_early", note="the naive out-of-place fix"),
         WrongAnswer(_squash_clone_first, expect="mapped_too_early", note="a clone, edited before gate"),
+        WrongAnswer(_squash_straight_through, expect="hidden_from_autograd",
+                    note="adversarial round 2 (I1): no_grad values plus a typed derivative, straight-through"),
+        WrongAnswer(_squash_set_grad_enabled, expect="hidden_from_autograd",
+                    note="the same shortcut without detach() or no_grad(): set_grad_enabled"),
         WrongAnswer(_squash_by_own_function, expect="custom_function",
                     note="adversarial round 1: a custom Function with a typed derivative"),
     ),
@@ -375,7 +414,10 @@ def _sgd_step_inputs(seed, hidden):
         p.grad = None if index == without_grad else torch.randn(shape, generator=g)
         params.append(p)
     # A tuple, like an optimizer's parameters: the step must change these tensors, not swap them.
-    return tuple(params), lr, weight_decay
+    # The last argument is the grad mode the check calls the step in (labs/inplace.py, step_in_grad_mode):
+    # off in one public and one hidden case, so a step that forces grad mode on at its end is seen.
+    grad_enabled = choose(seed, (True, False, True), hidden=hidden, hidden_choices=(True, True, False))
+    return tuple(params), lr, weight_decay, grad_enabled
 
 
 def _sgd_rebinding(params, lr, weight_decay):
@@ -518,6 +560,15 @@ def _sgd_stops_requiring_grad(params, lr, weight_decay):
             p.requires_grad_(False)                               # adversarial round 1: no longer a parameter
 
 
+def _sgd_grad_mode_forced_on(params, lr, weight_decay):
+    torch.set_grad_enabled(False)                                 # adversarial round 2: switched on at the end,
+    for p in params:                                              # not put back as found (called under no_grad,
+        if p.grad is not None:                                    # it turns grad mode on for the caller)
+            p.sub_(lr * (p.grad + weight_decay * p))
+            p.grad = None
+    torch.set_grad_enabled(True)
+
+
 def _sgd_grad_mode_left_off(params, lr, weight_decay):
     torch.set_grad_enabled(False)                                 # adversarial round 1: never switched back on
     for p in params:
@@ -567,6 +618,13 @@ def _without_weight_decay(student, reference, args, *, student_run, reference_ru
                                for before, ours, theirs in steps)
 
 
+def _grad_mode_forced_on(student, reference, args, *, student_run, reference_run):
+    """Called with grad mode off (the last argument), the parameters right: what differs is the mode left on."""
+    pairs = list(zip(student_run.args_after[0], reference_run.args_after[0]))
+    return (args[3] is False and all(torch.allclose(ours, theirs) for ours, theirs in pairs)
+            and all((ours.grad is None) == (theirs.grad is None) for ours, theirs in pairs))
+
+
 def _step_scaled(student, reference, args, *, student_run, reference_run):
     """The step points the right way but has another size: (ours - before) = k (theirs - before), k != 1."""
     ours = torch.cat([(o - b).flatten() for b, o, _ in _steps(args, student_run, reference_run)])
@@ -587,6 +645,7 @@ register(Exercise(
     inputs=_sgd_step_inputs,
     compare=("args", "state"),
     modifies=("params:values", "params:grad"),   # new values and a cleared .grad; requires_grad stays
+    call="autograd_lab.labs.inplace:step_in_grad_mode",   # called with grad mode on, and off (the inputs' last item)
     method=(no_data_attribute(), no_optimizer()),
     hints=(
         "The step must change the tensors in `params` themselves: binding a new tensor to the loop's name "
@@ -635,6 +694,12 @@ register(Exercise(
             "next backward adds into zeros), but the prompt asks for `None`, which is also what "
             "`optimizer.zero_grad()` does by default.",
             _grad_zeroed),
+        Misconception(
+            "grad_mode_forced_on",
+            "The update is right, but this case called your step with grad mode off, and your step left it on: "
+            "'as you found it' means putting back the mode the caller had, not switching grad mode on. A "
+            "grad-mode context manager puts back whatever mode it found when its block ends.",
+            _grad_mode_forced_on),
     ),
     wrong_answers=(
         WrongAnswer(_sgd_no_guard, expect="error",
@@ -660,6 +725,8 @@ register(Exercise(
         WrongAnswer(_sgd_stops_requiring_grad, expect="modified_input",
                     note="adversarial round 1: the parameters stop requiring grad"),
         WrongAnswer(_sgd_grad_mode_left_off, expect="state", note="adversarial round 1: grad mode left off"),
+        WrongAnswer(_sgd_grad_mode_forced_on, expect="grad_mode_forced_on",
+                    note="adversarial round 2: grad mode switched on at the end, whatever it was on entry"),
         WrongAnswer(_sgd_new_tensors, expect="error", note="new tensors in place of the old ones: the tuple refuses"),
         WrongAnswer(_sgd_grad_zeroed, expect="grad_zeroed",
                     note=".grad zeroed: a near miss of grad_not_cleared, whose message would be false here"),

@@ -78,3 +78,13 @@ def notebook_lines(traceback_text):
     return [code.strip() for where, code in zip(lines, lines[1:])
             if where.lstrip().startswith("File") and not code.lstrip().startswith("File")
             and not any(other in where for other in ("site-packages", "/lib/python", "<frozen"))]
+
+
+def step_in_grad_mode(step, params, lr, weight_decay, grad_enabled):
+    """Call ``step(params, lr, weight_decay)`` with grad mode set to ``grad_enabled`` (04.sgd_step's check).
+
+    The grad mode is not restored afterwards: the check reads the mode the step left behind,
+    so a step that forces grad mode on when it was called with it off is seen.
+    """
+    torch.set_grad_enabled(grad_enabled)
+    return step(params, lr, weight_decay)
