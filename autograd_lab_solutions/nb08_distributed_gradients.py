@@ -95,6 +95,11 @@ register(Exercise(
                       "C counts rows only: `reduction=\"sum\"` adds every element of the (rows, outputs) loss, and "
                       "the mean divides by all of them.",
                       _says("C", B)),
+        Misconception("accumulated_sums_undivided",
+                      "C counts all K micro-batches' sums: setup C divides each micro-batch's summed loss by K "
+                      "before its `backward()`, so the K accumulated gradients together weigh as much as one "
+                      "micro-batch's sum, not K of them.",
+                      _says("C", B * OUTPUTS * K)),
     ),
     wrong_answers=(
         WrongAnswer({"A": 8, "B": 2, "C": 12}, expect="ddp_sums"),
@@ -103,6 +108,8 @@ register(Exercise(
         WrongAnswer({"A": 4, "B": 1, "C": 3}, expect="sum_over_rows_only", note="the old, wrong key"),
         WrongAnswer({"A": "4", "B": "1", "C": "6"}, expect="not_numbers", note="strings"),
         WrongAnswer({"A": 4, "B": 1, "C": 12}, expect="wrong_value", note="C confused with K * B"),
+        WrongAnswer({"A": 4, "B": 1, "C": 24}, expect="accumulated_sums_undivided",
+                    note="C without the / K: B x 2 outputs x K micro-batches (adv-05-08-r2)"),
         WrongAnswer({"A": 4.0000045, "B": 1.000003, "C": 6.000004}, expect="wrong_value",
                     note="off in the sixth digit: the grader's tolerance, not a rounding of six digits"),
     ),
