@@ -2,7 +2,8 @@
 
 import torch
 
-from autograd_lab.checking import Exercise, Misconception, WrongAnswer, claims, register, uses_autograd
+from autograd_lab.checking import (Exercise, Misconception, WrongAnswer, autograd_derivative, claims, register,
+                                    uses_autograd)
 
 
 # --- 00.cube_grad ---------------------------------------------------------------
@@ -52,6 +53,35 @@ def _forged_engine_count(x):
     return 3 * x ** 2
 
 
+def _laundered_as_leaf_gradient(x):
+    """Round 3 (B1): the formula handed to a leaf's own backward; the engine only stores it."""
+    t = x.detach().requires_grad_()
+    t.backward(gradient=3 * x ** 2)
+    return t.grad
+
+
+def _laundered_as_cotangent(x):
+    """Round 3 (C1): the formula as the cotangent of a backward pass through `t * 1`."""
+    t = x.detach().requires_grad_()
+    (t * 1).backward(gradient=3 * x.detach() ** 2)
+    return t.grad
+
+
+def _laundered_as_weight(x):
+    """Round 3 (D1): the formula as a constant weight; the backward pass only multiplies by it."""
+    t = x.detach().requires_grad_()
+    (t * (3 * x.detach() ** 2)).sum().backward()
+    return t.grad
+
+
+def _laundered_through_python(x):
+    """The weight rebuilt from Python numbers, plus a decoy term that reads the leaf."""
+    t = x.detach().requires_grad_()
+    weight = torch.tensor([3 * a * a for a in x.tolist()], dtype=x.dtype)
+    (t * weight + 0 * t * t).sum().backward()
+    return t.grad
+
+
 def _caller_requires_grad(x):
     x.requires_grad_()
     (x ** 3).sum().backward()
@@ -91,7 +121,7 @@ register(Exercise(
         "`backward()` with no argument starts from a single number, and the gradient you want is the one "
         "autograd stored for your leaf, not a formula.",
     ),
-    method=uses_autograd(),
+    method=(uses_autograd(), autograd_derivative()),
     compare=("value", "state"),  # also: grad mode is on again after the call, as the caller left it
     wrong_answers=(
         # The shortcut the prompt forbids: the right numbers, typed as a formula.
@@ -100,6 +130,11 @@ register(Exercise(
         WrongAnswer(_under_no_grad, expect="typed_formula", note="no backward pass ran"),
         WrongAnswer(_backward_for_show, expect="typed_formula", note="a backward pass run for show (round 1)"),
         WrongAnswer(_forged_engine_count, expect="typed_formula", note="the engine's counter forged (round 1)"),
+        # The formula laundered through a trivial backward pass (round 3): the engine's product, no derivative.
+        WrongAnswer(_laundered_as_leaf_gradient, expect="laundered_formula", note="round 3 B1: gradient= of the leaf"),
+        WrongAnswer(_laundered_as_cotangent, expect="laundered_formula", note="round 3 C1: (t * 1).backward(gradient=...)"),
+        WrongAnswer(_laundered_as_weight, expect="laundered_formula", note="round 3 D1: the formula as a weight"),
+        WrongAnswer(_laundered_through_python, expect="laundered_formula", note="tolist() and a 0 * t * t decoy"),
         # Right values, but the caller's tensor changed (round 1): the prompt says to leave x as it was.
         WrongAnswer(_caller_requires_grad, expect="modified_input", note="requires_grad_() on the caller's x"),
         WrongAnswer(_zeroes_caller, expect="modified_input", note="the caller's x zeroed afterwards"),

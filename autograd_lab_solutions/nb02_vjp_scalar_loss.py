@@ -5,8 +5,8 @@ import torch.nn.functional as F
 
 from torch.autograd.functional import jacobian
 
-from autograd_lab.checking import (Exercise, Method, Misconception, WrongAnswer, backward_calls, no_autograd, no_jacobian,
-                                    own_function, register, uses_autograd)
+from autograd_lab.checking import (Exercise, Method, Misconception, WrongAnswer, autograd_derivative, backward_calls,
+                                    no_autograd, no_jacobian, own_function, register, uses_autograd)
 from autograd_lab.checking.variation import choose, generator
 from autograd_lab_solutions._mutants import mutant
 
@@ -71,6 +71,20 @@ def _vjp_formula_after_sham_backward(W, x, v):
     """One backward pass "for show" on an unrelated scalar, then the derivative typed by hand."""
     torch.zeros((), requires_grad=True).backward()
     return torch.outer(v * (1 - torch.tanh(W @ x) ** 2), x)
+
+
+def _vjp_laundered_as_cotangent(W, x, v):
+    """Round 3 (B1): the typed closed form as the cotangent of a backward pass through `Wl * 1`."""
+    Wl = W.detach().requires_grad_()
+    (Wl * 1).backward(gradient=torch.outer(v * (1 - torch.tanh(W @ x) ** 2), x))
+    return Wl.grad
+
+
+def _vjp_laundered_local_derivative(W, x, v):
+    """tanh's derivative typed by hand and folded into the cotangent of W @ x (a linear graph)."""
+    Wl = W.detach().requires_grad_()
+    (Wl @ x).backward(gradient=v * (1 - torch.tanh(W @ x) ** 2))
+    return Wl.grad
 
 
 def _vjp_vectorized_jacobian(W, x, v):
@@ -141,7 +155,7 @@ register(Exercise(
                       lambda s, r, args: _matches(s, _vjp_wrt_x(*args))),
     ),
     # One backward pass whose result is returned, and nothing of the Jacobian's size (m x m x n, more than W).
-    method=(backward_calls(1), uses_autograd(), no_jacobian(limit="input")),
+    method=(backward_calls(1), uses_autograd(), no_jacobian(limit="input"), autograd_derivative()),
     wrong_answers=(
         # The shortcuts: a full Jacobian (row by row, vectorized, or jacrev), or the derivative typed by hand.
         WrongAnswer(_vjp_from_full_jacobian, expect="backward_calls"),
@@ -149,6 +163,8 @@ register(Exercise(
         WrongAnswer(_vjp_jacrev, expect="jacobian", note="torch.func.jacrev: one pass"),
         WrongAnswer(_vjp_typed_formula, expect="backward_calls"),
         WrongAnswer(_vjp_formula_after_sham_backward, expect="typed_formula", note="a backward pass for show"),
+        WrongAnswer(_vjp_laundered_as_cotangent, expect="laundered_formula", note="round 3 B1: (Wl * 1).backward(typed)"),
+        WrongAnswer(_vjp_laundered_local_derivative, expect="laundered_formula", note="1 - tanh^2 typed into gradient="),
         WrongAnswer(_vjp_on_callers_W, expect="modified_input"),
         WrongAnswer(_vjp_zeroes_v, expect="modified_input"),
         WrongAnswer(_vjp_demo_shape, expect="error", note="the demo's shape hard-coded"),

@@ -3,7 +3,8 @@
 import torch
 import torch.nn.functional as F
 
-from autograd_lab.checking import Exercise, Method, Misconception, WrongAnswer, register, uses_autograd
+from autograd_lab.checking import (Exercise, Method, Misconception, WrongAnswer, autograd_derivative, register,
+                                    uses_autograd)
 from autograd_lab.checking.variation import choose, generator
 
 
@@ -20,12 +21,16 @@ def accumulated_grad(w, x, y, k):
 def _accumulated_grad_inputs(seed, hidden):
     g = generator(seed)
     # k differs on every public seed, so an answer that ignores k (or fixes the number of
-    # backward passes) fails publicly; the batch size is a multiple of k.
+    # backward passes) fails publicly; the batch size is a multiple of k. The rows per
+    # micro-batch vary too and never equal the features: a pass through one micro-batch's
+    # graph then differs in size from a pass through the whole batch, or through a
+    # features-by-features summary of it (MICRO_BATCH_GRAPHS).
     k = choose(seed, (3, 4, 2), hidden=hidden, hidden_choices=(5, 6))
     features = choose(seed, (5, 3, 4), hidden=hidden, hidden_choices=(6, 2))
+    rows = choose(seed, (3, 2, 5), hidden=hidden, hidden_choices=(4, 3))
     w = torch.randn(features, generator=g)
-    x = torch.randn(3 * k, features, generator=g)
-    y = torch.randn(3 * k, generator=g)
+    x = torch.randn(rows * k, features, generator=g)
+    y = torch.randn(rows * k, generator=g)
     return w, x, y, k
 
 
@@ -88,11 +93,55 @@ def _four_micro_batches(w, x, y, k):
     return w.grad
 
 
+def _full_batch_k_times(w, x, y, k):
+    """A reviewer's shortcut: k backward passes, each through the whole batch's loss divided by k."""
+    w = w.detach().clone().requires_grad_()
+    for _ in range(k):
+        (F.mse_loss(x @ w, y) / k).backward()
+    return w.grad
+
+
+def _full_batch_then_empty_passes(w, x, y, k):
+    """The whole batch in the first backward pass, then k - 1 passes that add nothing."""
+    w = w.detach().clone().requires_grad_()
+    F.mse_loss(x @ w, y).backward()
+    for _ in range(k - 1):
+        (w * 0).sum().backward()
+    return w.grad
+
+
+def _batch_folded_before_the_loop(w, x, y, k):
+    """The batch folded into x^T x and x^T y once, then k backward passes of the expanded mean square."""
+    w = w.detach().clone().requires_grad_()
+    gram, moment, energy = x.T @ x, x.T @ y, y @ y
+    for _ in range(k):
+        ((w @ gram @ w - 2 * w @ moment + energy) / len(x) / k).backward()
+    return w.grad
+
+
 def _formula_with_backward_for_show(w, x, y, k):
     """A reviewer's shortcut: k backward passes for show, then the closed-form gradient."""
     for _ in range(k):
         torch.zeros((), requires_grad=True).backward()
     return 2 / len(x) * x.T @ (x @ w - y)
+
+
+def _closed_form_through_leaf(w, x, y, k):
+    """Round 3 (B1): the closed-form gradient 2 x^T (x w - y) / N fed k times into the leaf's backward."""
+    wl = w.detach().clone().requires_grad_()
+    g = 2 * x.T @ (x @ w - y) / len(x)
+    for _ in range(k):
+        wl.backward(gradient=g / k)
+    return wl.grad
+
+
+def _closed_form_per_micro_batch(w, x, y, k):
+    """Each micro-batch's closed-form gradient as the weight of a linear graph, one pass per micro-batch."""
+    wl = w.detach().clone().requires_grad_()
+    for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
+        g = 2 * x_micro.T @ (x_micro @ w - y_micro) / len(x_micro) / k
+        (wl * g).sum().backward()
+    return wl.grad
 
 
 def _on_callers_w(w, x, y, k):
@@ -121,6 +170,19 @@ ONE_BACKWARD_PER_MICRO_BATCH = Method(
     tag="one_backward")
 
 
+# Each backward pass goes through one micro-batch's graph: the largest tensor a pass produces
+# is then the size of that micro-batch's rows of x (x is the largest argument), the same for
+# the k passes, one k-th of x each. A pass through the whole batch's graph works on all of x.
+MICRO_BATCH_GRAPHS = Method(
+    name="one backward pass per micro-batch, each through that micro-batch's own graph",
+    holds=lambda facts, args: facts["backward_largest"] == [facts["largest_input_numel"] // args[3]] * args[3],
+    message=("each of your `k` backward passes must go through the graph of one micro-batch: a forward "
+             "pass on that micro-batch's rows of `x` and `y` alone, then `backward()` on its loss. Your "
+             "passes did not each work on one `k`-th of the batch (a pass through the whole batch's loss, "
+             "or through something computed from all of it, is not a micro-batch)."),
+    tag="micro_batches")
+
+
 register(Exercise(
     id="03.accumulated_grad",
     title="The large-batch gradient from k micro-batches",
@@ -142,12 +204,17 @@ register(Exercise(
             "`zero_grad` or a fresh leaf per micro-batch). Every backward must add into the same `.grad`.",
             _keeps_only_last_micro_batch),
     ),
-    method=(uses_autograd(), ONE_BACKWARD_PER_MICRO_BATCH),
+    method=(uses_autograd(), ONE_BACKWARD_PER_MICRO_BATCH, autograd_derivative(), MICRO_BATCH_GRAPHS),
     wrong_answers=(
         WrongAnswer(_one_full_batch_backward, expect="one_backward", note="right value, no accumulation"),
         WrongAnswer(_full_batch_twice, expect="one_backward", note="full batch, backward twice"),
         WrongAnswer(_four_micro_batches, expect="one_backward", note="k ignored"),
+        WrongAnswer(_full_batch_k_times, expect="micro_batches", note="the whole batch k times"),
+        WrongAnswer(_full_batch_then_empty_passes, expect="micro_batches", note="one real pass, k - 1 empty"),
+        WrongAnswer(_batch_folded_before_the_loop, expect="micro_batches", note="x^T x folded once"),
         WrongAnswer(_formula_with_backward_for_show, expect="typed_formula", note="closed form"),
+        WrongAnswer(_closed_form_through_leaf, expect="laundered_formula", note="round 3 B1: closed form as gradient="),
+        WrongAnswer(_closed_form_per_micro_batch, expect="laundered_formula", note="closed form as a weight"),
         WrongAnswer(_on_callers_w, expect="modified_input", note="requires_grad_ on the caller's w"),
         WrongAnswer(_zeroes_inputs, expect="modified_input", note="x and y zeroed after a right answer"),
         WrongAnswer(_without_division, expect="scaled", note="forgot / k"),
@@ -311,12 +378,14 @@ def train(w0, x, y, lr, steps, k):
 def _train_inputs(seed, hidden):
     g = generator(seed)
     # lr, steps and k differ on every public seed: an answer that fixes any of them fails publicly.
+    # The rows per micro-batch vary and never equal the features (MICRO_BATCH_GRAPHS_PER_STEP).
     features = choose(seed, (4, 3, 5), hidden=hidden, hidden_choices=(6, 2))
     steps = choose(seed, (5, 3, 4), hidden=hidden, hidden_choices=(6, 7))
     k = choose(seed, (4, 2, 3), hidden=hidden, hidden_choices=(5, 2))
     lr = choose(seed, (0.1, 0.05, 0.2), hidden=hidden, hidden_choices=(0.15, 0.08))
+    rows = choose(seed, (3, 4, 2), hidden=hidden, hidden_choices=(4, 3))
     w0 = torch.randn(features, generator=g)
-    x = torch.randn(4 * k, features, generator=g)
+    x = torch.randn(rows * k, features, generator=g)
     y = x @ torch.randn(features, generator=g)
     return w0, x, y, lr, steps, k
 
@@ -378,6 +447,18 @@ def _full_batch_step(w0, x, y, lr, steps, k):
     return w.detach()
 
 
+def _full_batch_k_times_per_step(w0, x, y, lr, steps, k):
+    """A reviewer's shortcut: zero_grad moved out, but each of the k passes runs the whole batch."""
+    w = w0.detach().clone().requires_grad_()
+    optimizer = torch.optim.SGD([w], lr=lr)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        for _ in range(k):
+            (F.mse_loss(x @ w, y) / k).backward()
+        optimizer.step()
+    return w.detach()
+
+
 def _fixed_lr(w0, x, y, lr, steps, k):
     """A reviewer's overfit: the learning rate of the notebook's case, whatever the argument says."""
     return train(w0, x, y, 0.1, steps, k)
@@ -427,13 +508,25 @@ MICRO_BATCH_BACKWARDS = Method(
     tag="micro_batch_backwards")
 
 
+# Each backward pass goes through one micro-batch's graph: in every step, k passes whose
+# largest tensor is one k-th of x (the largest argument), as in MICRO_BATCH_GRAPHS.
+MICRO_BATCH_GRAPHS_PER_STEP = Method(
+    name="the k micro-batches of the given loop, each backward pass through one micro-batch's graph",
+    holds=lambda facts, args: facts["backward_largest"] == [facts["largest_input_numel"] // args[5]] * (args[4] * args[5]),
+    message=("the prompt keeps the micro-batches: each backward pass must go through the graph of one "
+             "micro-batch, a forward pass on that micro-batch's rows of `x` and `y` alone. Your passes did "
+             "not each work on one `k`-th of the batch (a pass through the whole batch's loss is not a "
+             "micro-batch)."),
+    tag="micro_batches")
+
+
 register(Exercise(
     id="03.train",
     title="Find the bug in a loop that accumulates over micro-batches",
     answer_name="train",
     reference=train,
     inputs=_train_inputs,
-    method=(OPTIMIZER_STEPS, MICRO_BATCH_BACKWARDS),
+    method=(OPTIMIZER_STEPS, MICRO_BATCH_BACKWARDS, MICRO_BATCH_GRAPHS_PER_STEP),
     hints=(
         "Print `w.grad` just before `optimizer.step()` in the given loop, and compare it with the "
         "gradient of the whole batch's loss: which micro-batches does it contain?",
@@ -463,6 +556,7 @@ register(Exercise(
         WrongAnswer(_closed_form, expect="optimizer_step", note="formula, no optimizer"),
         WrongAnswer(_by_hand_update, expect="optimizer_step", note="update by hand"),
         WrongAnswer(_full_batch_step, expect="micro_batch_backwards", note="no micro-batches"),
+        WrongAnswer(_full_batch_k_times_per_step, expect="micro_batches", note="the whole batch k times per step"),
         WrongAnswer(_fixed_lr, expect="wrong_value", note="lr hard-coded"),
         WrongAnswer(_trains_callers_w0, expect="modified_input", note="detach without clone"),
     ),

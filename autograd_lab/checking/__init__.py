@@ -18,7 +18,8 @@ student's own line, ``display`` shows results, ``source`` shows a reference.
 from .detectors import Run, claims
 from .display import Hint, Result, Solution
 from .judge import judge
-from .methods import (Method, backward_calls, checkpoint_used, no_autograd, no_data_attribute, no_distributed_sampler,
+from .methods import (Method, autograd_derivative, backward_calls, checkpoint_used, no_autograd, no_data_attribute,
+                      no_distributed_sampler,
                       no_forward_mode, no_grad_scaler, no_jacobian, no_library, no_optimizer, no_torch_func,
                       own_function, tiny_engine_op, uses_autograd)
 from .notebook import check, hint, reference_records, solution, strict_mode
@@ -30,7 +31,8 @@ __all__ = [
     "Exercise", "WrongAnswer", "Misconception", "Run", "register", "get", "all_exercises", "grading_mode",
     "check", "hint", "solution", "observe", "judge", "Result", "Hint", "Solution",
     "strict_mode", "reference_records", "claims",
-    "Method", "uses_autograd", "backward_calls", "no_data_attribute", "no_distributed_sampler", "no_grad_scaler",
+    "Method", "uses_autograd", "autograd_derivative", "backward_calls", "no_data_attribute", "no_distributed_sampler",
+    "no_grad_scaler",
     "no_jacobian", "tiny_engine_op", "no_autograd", "no_forward_mode", "no_torch_func", "no_library", "no_optimizer",
     "own_function", "checkpoint_used",
 ]

@@ -189,7 +189,9 @@ def watch(tensors, *, watchlist=(), answer=None, sizes=True):
     samplers = _CountingConstructions(torch.utils.data.DistributedSampler)
     scalers = _CountingConstructions(torch.amp.GradScaler)
     tiny = _TinyEngineRuns()
-    tape = Tape(watchlist, own=function_class, profile=bool(watchlist))   # the profile hook only for bans
+    # the profile hook only for bans (a ``wrt:`` spec asks for the provenance ledger, not for it)
+    tape = Tape(watchlist, own=function_class, profile=any(not s.startswith("wrt:") for s in watchlist),
+                arguments=list(tensors))
     ledger = _WriteLedger(tensors) if WRITES_SPEC in watchlist else None
     try:
         # The ledger's mode goes on first: its entering and leaving happen outside the tape's profile hook.
@@ -199,6 +201,8 @@ def watch(tensors, *, watchlist=(), answer=None, sizes=True):
         # With the ledger, its record replaces the counters' before and after: a dispatch mode
         # does not move the counters of ``_foreach_*_`` ops, which would read as silent writes.
         silent = ledger.silent_writes() if ledger is not None else _silent_writes(before)
+        if tape.provenance is not None:
+            tape.provenance.returned(_tensors(result.output))
         facts = tape.facts()
         if ledger is not None:
             facts["tape_intact"] = facts["tape_intact"] and ledger.intact

@@ -141,6 +141,50 @@ def uses_autograd():
         tag="typed_formula", origin=_made("uses_autograd"))
 
 
+def autograd_derivative(wrt=0):
+    """The derivative is autograd's own: none worked out by hand and passed through a backward pass.
+
+    ``wrt``: the tensor argument(s) (index among the call's tensor arguments) being
+    differentiated; the others are data.  The provenance ledger (``provenance.py``) refuses
+    a ``gradient=`` / ``grad_outputs``, a weight the backward multiplies by, or a change made
+    to ``.grad`` afterwards, that was computed from the input's values outside autograd
+    (detached, under ``no_grad``, ``.data``, or rebuilt from ``tolist()`` / NumPy), and a
+    backward pass that never reads a value autograd recorded from the input (a pass linear
+    in the leaf, while the exercise's function is not): use it only where it is not.
+    """
+    wrt = tuple(wrt) if isinstance(wrt, (tuple, list)) else (wrt,)
+
+    def explain(facts):
+        laundered = facts.get("laundered") or {}
+        if laundered.get("gradient"):
+            return ("the `gradient=` (or `grad_outputs`) you passed to the backward pass was computed from the "
+                    "input's values outside autograd: that is the derivative typed by hand, and the backward "
+                    "pass only carried it to `.grad`. Backpropagate from the function itself, with the "
+                    "cotangent the prompt gives (ones for a sum).")
+        if laundered.get("weight"):
+            return ("the graph you backpropagated through multiplies by a constant computed from the input's "
+                    "values outside autograd (detached, under `no_grad`, or rebuilt from Python numbers): that "
+                    "constant is the derivative typed by hand. Build the function itself from your leaf and let "
+                    "autograd differentiate it.")
+        if laundered.get("output"):
+            return ("the gradient you returned was changed after the backward pass with values computed from "
+                    "the input outside autograd: return what autograd produced.")
+        if facts.get("passes_linear_in_input"):
+            return ("your answer took the input's values out to Python (`tolist`, `item`, `numpy`), and one of "
+                    "your backward passes never read a value autograd recorded from your leaf: it differentiated "
+                    "something linear in the leaf (a weight or a `gradient=` worked out from those numbers), not "
+                    "the function the prompt names. Compute that function from your leaf and backpropagate "
+                    "through it.")
+        return None
+
+    return Method(
+        name="a derivative taken by autograd",
+        holds=lambda facts: not facts["laundered"] and not facts["passes_linear_in_input"],
+        explain=explain, watch=tuple(f"wrt:{index}" for index in wrt),
+        message="your answer's derivative was worked out outside autograd and passed through a backward pass.",
+        tag="laundered_formula", origin=_made("autograd_derivative", wrt=wrt))
+
+
 def backward_calls(n, *, name=None):
     """Exactly ``n`` backward passes; ``n`` may be a function of the case's arguments.
 
@@ -462,6 +506,7 @@ def rebuild(origin):
 
 
 FACTORIES = {function.__name__: function for function in (
-    uses_autograd, backward_calls, no_autograd, no_forward_mode, no_torch_func, no_jacobian, own_function,
+    uses_autograd, autograd_derivative, backward_calls, no_autograd, no_forward_mode, no_torch_func, no_jacobian,
+    own_function,
     no_library, no_distributed_sampler, no_grad_scaler, no_optimizer, no_data_attribute, tiny_engine_op,
     checkpoint_used)}

@@ -45,6 +45,8 @@ from torch.autograd.variable import Variable
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
+from .provenance import Provenance
+
 MAX_NAMES = 64          # distinct op names kept per table: a record stays small whatever ran
 MAX_RUNS = 1024         # backward passes whose largest tensor is kept (``backward_largest``)
 _COPY_MIN_NAMES = 8     # a recompiled copy is matched by its names only when they say something
@@ -95,6 +97,7 @@ class Watchlist:
         self.builtins = {}      # id(builtin) -> [spec]
         self.classes = {}       # class -> spec
         self.ops = {}           # "aten::name" -> spec
+        self.wrt = ()           # "wrt:0": the flat tensor arguments whose derivative must come from autograd
         self._keep = []         # the watched objects stay alive, so their ids stay theirs
         for spec in self.specs:
             self._add(spec)
@@ -108,6 +111,9 @@ class Watchlist:
 
     def _add(self, spec):
         kind, _, target = spec.partition(":")
+        if kind == "wrt":       # not code to watch: asks for the provenance ledger (``provenance.py``)
+            self.wrt = tuple(sorted(set(self.wrt) | {int(target)}))
+            return
         if kind == "op":
             self.ops[target] = spec
             return
@@ -214,10 +220,16 @@ class _Ops(TorchDispatchMode):
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         kwargs = kwargs or {}
         node = torch._C._current_autograd_node()
+        grad_on = torch.is_grad_enabled()
         out = func(*args, **kwargs)
         tape = self.tape
         name = tape.op_name(func)
         outputs = _tensors(out)
+        if tape.provenance is not None:
+            if node is not None:
+                tape.provenance.backward(_tensors((args, kwargs)), outputs)
+            else:
+                tape.provenance.forward(name, _tensors((args, kwargs)), outputs, grad_on)
         if node is not None:
             tape.count(tape.backward_ops, name)
             tape.taint(outputs)
@@ -241,16 +253,33 @@ class _Ops(TorchDispatchMode):
 
 
 class _DualTensors(TorchFunctionMode):
-    """Counts dual tensors made (``_make_dual``: every forward-mode AD makes one), when no profile hook runs."""
+    """Counts dual tensors made (``_make_dual``: every forward-mode AD makes one), when no profile hook runs.
 
-    def __init__(self, tape):
+    For the provenance ledger it also tells which ops run inside a ``torch.func`` transform:
+    there the dispatch mode sees the unwrapped tensors, whose ``requires_grad`` says nothing.
+    """
+
+    def __init__(self, tape, count_duals=True):
         super().__init__()
-        self.tape = tape
+        self.tape, self.count_duals = tape, count_duals
 
     def __torch_function__(self, func, types_, args=(), kwargs=None):
-        if getattr(func, "__name__", "") == "_make_dual":
+        if self.count_duals and getattr(func, "__name__", "") == "_make_dual":
             self.tape.dual_levels += 1
+        ledger = self.tape.provenance
+        if ledger is not None and getattr(func, "__name__", "") in _EXPORTS and args and torch.is_tensor(args[0]):
+            ledger.exporting(args[0])
+        if ledger is not None and _functorch_level() is not None:
+            ledger.in_transform += 1
+            try:
+                return func(*args, **(kwargs or {}))
+            finally:
+                ledger.in_transform -= 1
         return func(*args, **(kwargs or {}))
+
+
+_functorch_level = torch._C._functorch.maybe_current_level
+_EXPORTS = frozenset(("tolist", "numpy", "item", "__float__", "__int__", "__index__", "__complex__", "__array__"))
 
 
 def _tensors(value):
@@ -286,10 +315,14 @@ class _CountingEngine:
             tape.nested_engine_runs += 1
         tape.engine_depth += 1
         outer, tape.run_largest = tape.run_largest, 0     # this pass's own largest tensor (a nested pass has its own)
+        if tape.provenance is not None:
+            tape.provenance.start_run(_tensors(args[1] if len(args) > 1 else kwargs.get("grad_tensors")))
         try:
             result = self._engine.run_backward(*args, **kwargs)
         finally:
             tape.engine_depth -= 1
+            if tape.provenance is not None:
+                tape.provenance.end_run()
             if len(tape.run_sizes) < MAX_RUNS:
                 tape.run_sizes.append(tape.run_largest)
             tape.run_largest = max(outer, tape.run_largest)
@@ -326,8 +359,11 @@ _COPIES = {id(copy.deepcopy.__code__), id(copy.copy.__code__)}
 class Tape:
     """One call's recorders; ``facts()`` is the plain record.  Use as a context manager."""
 
-    def __init__(self, watch=(), *, own=None, profile=True):
+    def __init__(self, watch=(), *, own=None, profile=True, arguments=()):
         self.watchlist = Watchlist.of(watch)
+        # The provenance ledger, only where a method asks for it (``wrt:`` specs): a few lookups per op.
+        self.provenance = (Provenance([arguments[i] for i in self.watchlist.wrt if i < len(arguments)], arguments)
+                           if self.watchlist.wrt else None)
         self.profile = profile or bool(self.watchlist.specs)
         self.own = own                          # an autograd.Function subclass: its backward is "own"
         self.ops, self.backward_ops = collections.Counter(), collections.Counter()
@@ -428,15 +464,21 @@ class Tape:
         self._mode = _Ops(self)
         self._mode.__enter__()
         self._duals = None
+        self._transforms = None
         if self.profile:
             sys.setprofile(self._profile)
             threading.setprofile(self._profile)     # threads started with `threading` are seen too
+            if self.provenance is not None:
+                self._transforms = _DualTensors(self, count_duals=False)
+                self._transforms.__enter__()
         else:                                       # cheaper: only forward-mode AD is looked for
             self._duals = _DualTensors(self)
             self._duals.__enter__()
         return self
 
     def __exit__(self, *exc_info):
+        if self._transforms is not None:
+            self._transforms.__exit__(None, None, None)
         if self._duals is not None:
             self._duals.__exit__(None, None, None)
             intact = True
@@ -504,6 +546,7 @@ class Tape:
             "instances": dict(self.new_instances),
             "escapes": sorted(set(self.escapes)),
             "tape_intact": self.intact,
+            **(self.provenance.facts() if self.provenance is not None else {}),
         }
 
 
