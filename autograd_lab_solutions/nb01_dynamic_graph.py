@@ -27,6 +27,7 @@ def _who_gets_grad_experiment():
     a = torch.randn(3, requires_grad=True)
     w = torch.randn(3, requires_grad=True)
     b = a * 2
+    scaled = w * 2  # noqa: F841 (computed, never used in the loss)
     b.retain_grad()
     c = b.detach()
     loss = (c * a).sum()
@@ -144,6 +145,51 @@ def _count_by_drawing(output):
     return dict(collections.Counter(draw(output).ops()))
 
 
+def _count_by_profiling_backward(output):
+    """A shortcut (round 2): let the engine walk the graph under the profiler and count the nodes it ran.
+
+    It also runs backward through the caller's graph, filling the ``.grad`` of its leaves.
+    """
+    import collections
+
+    with torch.autograd.profiler.profile() as profile:
+        torch.autograd.backward(output, torch.ones_like(output), retain_graph=True)
+    prefix = "autograd::engine::evaluate_function: "
+    return dict(collections.Counter(event.name[len(prefix):].split("::")[-1] for event in profile.function_events
+                                    if event.name.startswith(prefix)))
+
+
+def _count_by_course_walker(output):
+    """A shortcut nobody had tried: call the walker behind ``draw`` directly and count the nodes it found."""
+    import collections
+
+    from autograd_lab.viz.walk import Options, walk
+
+    class Unnamed:
+        def tensor_name(self, tensor):
+            return None
+
+        def saved_name(self, *args):
+            return None
+
+        def output(self, *args):
+            return None, None
+
+    found = walk([("output", output)], Unnamed(), Options())
+    return dict(collections.Counter(type(node).__name__ for node in found.op_ids))
+
+
+# The walk is the skill: a backward pass walks the graph too (the engine's walk, not the answer's), and it
+# fills the .grad of the caller's leaves. Judged on what ran; a one-line lambda, as a release carries it.
+NO_BACKWARD_PASS = Method(
+    name="your own walk of the graph (no backward pass)",
+    holds=lambda facts: facts["engine_runs"] == 0 and facts["backward_ops"] == 0,
+    message=("your answer ran a backward pass through the graph (`backward()` or `torch.autograd.grad`, perhaps "
+             "under the profiler) and counted what the engine did: that is the engine's walk, not yours, and it "
+             "fills the `.grad` of the caller's leaves. Follow `grad_fn` and `next_functions` yourself."),
+    tag="ran_backward")
+
+
 register(Exercise(
     id="01.count_nodes",
     title="Walk the graph and count its nodes",
@@ -151,7 +197,8 @@ register(Exercise(
     reference=count_nodes,
     inputs=_count_inputs,
     # The walk is the skill: the course's drawing and tracing helpers walk the graph for you.
-    method=no_library("code:autograd_lab.viz", name="your own walk of the graph", tag="used_library"),
+    method=(no_library("code:autograd_lab.viz", name="your own walk of the graph", tag="used_library"),
+            NO_BACKWARD_PASS),
     hints=(
         "Start from output.grad_fn and follow node.next_functions, a tuple of (node, output_nr) pairs; "
         "skip the None entries.",
@@ -175,6 +222,9 @@ register(Exercise(
         WrongAnswer(_count_without_leaves, expect="missed_accumulate"),
         WrongAnswer(lambda output: {type(output.grad_fn).__name__: 1}, expect="structure"),
         WrongAnswer(_count_by_drawing, expect="used_library", note="draw(output).ops() does the walk"),
+        WrongAnswer(_count_by_course_walker, expect="used_library", note="autograd_lab.viz.walk called directly"),
+        WrongAnswer(_count_by_profiling_backward, expect="ran_backward",
+                    note="the profiler's evaluate_function events of a backward pass (adv-00-04-r2)"),
     ),
 ))
 
@@ -183,17 +233,17 @@ register(Exercise(
 
 def saved_bytes_reference():
     """The typed key, as in ``solution_code``; ``_saved_bytes_experiment`` measures it."""
-    return 64 * 32 * 4 + 64 * 16 * 4
+    return 64 * 32 * 4 + 32 * 16 * 4 + 64 * 16 * 4
 
 
 def _saved_bytes_experiment():
     """Measure what the exercise's expression saves, with the saved-tensor hooks."""
-    x = torch.randn(64, 32)
+    x = torch.randn(64, 32, requires_grad=True)
     w = torch.randn(32, 16, requires_grad=True)
     with saved_tensors() as saved:
         y = (x @ w).relu()
         (y ** 2).sum()
-    return saved.nbytes  # x (mm, for dL/dw) and y (relu's result = pow's input, one storage)
+    return saved.nbytes  # x (for dL/dw), w (for dL/dx) and y (relu's result = pow's input, one storage)
 
 
 _FLOAT_BYTES = 4
@@ -213,17 +263,20 @@ register(Exercise(
     kind="value",
     reference=saved_bytes_reference,
     experiment=_saved_bytes_experiment,
-    solution_code="saved_bytes = 64 * 32 * 4 + 64 * 16 * 4  # x for dL/dw, and y once (relu output = pow input)",
+    solution_code="saved_bytes = 64 * 32 * 4 + 32 * 16 * 4 + 64 * 16 * 4  # x for dL/dw, w for dL/dx, y once",
     hints=(
         "Go node by node: x @ w, relu, ** 2, sum. For each, ask what its backward formula needs.",
-        "x @ w: dL/dw = x^T G needs x; dL/dx = G w^T would need w, but x does not require grad.",
+        "x @ w: dL/dw = x^T G needs x, and dL/dx = G w^T needs w. Which of the two gradients does this graph need?",
         "relu saves its output y; y ** 2 saves its input, which is the same tensor y: count it once.",
     ),
     misconceptions=(
-        Misconception("saved_weight",
-                      "The matmul keeps w only to compute dL/dx, and x does not require grad: "
-                      "autograd saves only what the needed gradients use.",
-                      lambda s, r, args: _off_by(_W_BYTES)(s, r, args) or _off_by(_W_BYTES + _Y_BYTES)(s, r, args)),
+        Misconception("missed_weight",
+                      "Here x requires grad too, so the matmul needs w to compute dL/dx = G w^T: "
+                      "it keeps both of its operands.",
+                      lambda s, r, args: _off_by(-_W_BYTES)(s, r, args) or _off_by(_Y_BYTES - _W_BYTES)(s, r, args)),
+        Misconception("missed_input",
+                      "The matmul needs x to compute dL/dw = x^T G, and w requires grad: it keeps x.",
+                      _off_by(-_X_BYTES)),
         Misconception("double_counted",
                       "relu's saved output and the input saved by ** 2 are the same tensor y: "
                       "it costs memory once.",
@@ -233,10 +286,11 @@ register(Exercise(
                       lambda s, r, args: isinstance(s, (int, float)) and s * _FLOAT_BYTES == r),
     ),
     wrong_answers=(
-        WrongAnswer(_X_BYTES + _W_BYTES + _Y_BYTES, expect="saved_weight"),
-        WrongAnswer(_X_BYTES + _W_BYTES + 2 * _Y_BYTES, expect="saved_weight"),
-        WrongAnswer(_X_BYTES + 2 * _Y_BYTES, expect="double_counted"),
-        WrongAnswer((_X_BYTES + _Y_BYTES) // _FLOAT_BYTES, expect="elements_not_bytes"),
+        WrongAnswer(_X_BYTES + _Y_BYTES, expect="missed_weight", note="round 1's setting, where x needed no gradient"),
+        WrongAnswer(_X_BYTES + 2 * _Y_BYTES, expect="missed_weight"),
+        WrongAnswer(_W_BYTES + _Y_BYTES, expect="missed_input"),
+        WrongAnswer(_X_BYTES + _W_BYTES + 2 * _Y_BYTES, expect="double_counted"),
+        WrongAnswer((_X_BYTES + _W_BYTES + _Y_BYTES) // _FLOAT_BYTES, expect="elements_not_bytes"),
         WrongAnswer(_X_BYTES, expect="wrong_value"),
     ),
 ))
@@ -361,6 +415,66 @@ NOT_TORCH_AUTOGRAD = Method(
     tag="used_autograd")
 
 
+def _tanh_local_by_central_difference(a):
+    """A shortcut (round 2): the local derivative as a central difference quotient of math.tanh."""
+    t = math.tanh(a.data)
+    step = 1e-5
+    local = (math.tanh(a.data + step) - math.tanh(a.data - step)) / (2 * step)
+    out = Value(t, (a,), "tanh")
+
+    def _backward():
+        a.grad += local * out.grad
+    out._backward = _backward
+    return out
+
+
+def _tanh_local_by_forward_difference(a):
+    """The same with a forward difference that reuses the node's own value: one extra call of math.tanh."""
+    t = math.tanh(a.data)
+    step = 1e-8
+    local = (math.tanh(a.data + step) - t) / step
+    out = Value(t, (a,), "tanh")
+
+    def _backward():
+        a.grad += local * out.grad
+    out._backward = _backward
+    return out
+
+
+def _tanh_local_by_complex_step(a):
+    """The complex-step derivative: exact to rounding with one call of cmath.tanh, still not worked out."""
+    import cmath
+
+    t = math.tanh(a.data)
+    local = cmath.tanh(complex(a.data, 1e-30)).imag / 1e-30
+    out = Value(t, (a,), "tanh")
+
+    def _backward():
+        a.grad += local * out.grad
+    out._backward = _backward
+    return out
+
+
+# A worked-out derivative evaluates tanh once per node (twice if the closure recomputes it); a central
+# difference needs it at two more points, a complex step needs cmath. A forward difference reusing the node's
+# value calls it as often as a recomputing closure: its error (about 1e-8) fails the exercise's tolerance, and
+# the misconception below names it. Judged on what ran; a one-line lambda, as a release carries it.
+NO_NUMERICAL_DERIVATIVE = Method(
+    name="a derivative of tanh that you work out (no numerical derivative)",
+    holds=lambda facts: {"code:cmath:tanh": 0, **facts["ran"]}["code:cmath:tanh"] == 0 and {"code:math:tanh": 0, **facts["ran"]}["code:math:tanh"] <= 2 * facts["tiny_own_backwards"],
+    watch=("code:math:tanh", "code:cmath:tanh"),
+    message=("your tanh evaluated tanh at points other than its input (or through `cmath`), which is a numerical "
+             "derivative, a difference quotient, not one you worked out. Write d tanh(u)/du as a formula and use "
+             "it in your node's `_backward`."),
+    tag="finite_differences")
+
+
+def _only_roughly_right(student, reference, args):
+    """Right to about 1e-4 but not to rounding: what a difference quotient gives."""
+    return (torch.is_tensor(student) and student.shape == reference.shape
+            and torch.allclose(student, reference, rtol=1e-4, atol=1e-6))
+
+
 register(Exercise(
     id="01.tiny_tanh",
     title="Give the tiny engine a tanh",
@@ -371,7 +485,9 @@ register(Exercise(
     # The check builds the graph around the answer's node and runs the engine itself, in an
     # expression that changes with the seed: no typed derivative of one expression can pass.
     call="autograd_lab.labs.tiny_engine:gradients_through",
-    method=(NOT_TORCH_AUTOGRAD, tiny_engine_op("tanh")),
+    method=(NOT_TORCH_AUTOGRAD, tiny_engine_op("tanh"), NO_NUMERICAL_DERIVATIVE),
+    # float64, and every right formula agrees to rounding: a difference quotient's error (1e-8 or more) fails
+    rtol=1e-10, atol=1e-12,
     hints=(
         "Reread `Value.exp` in the engine printed above: your tanh has the same parts. Which Value is "
         "the new node's parent, and which attribute does its closure update?",
@@ -399,6 +515,11 @@ register(Exercise(
                       "Your tanh backward passes `out.grad` through unchanged, as `+` does: it also needs "
                       "tanh's own derivative (the chain rule multiplies the two).",
                       _gives(_NO_LOCAL)),
+        Misconception("difference_quotient",
+                      "Your gradients are right only to a few digits: that is what a numerical derivative (a "
+                      "difference quotient of tanh) gives, not a derivative you worked out. Write d tanh(u)/du as "
+                      "a formula and use it in your node's `_backward`.",
+                      _only_roughly_right),
         Misconception("gradient_stopped",
                       "Your tanh node's `_backward` runs but adds nothing to its input's `.grad`: the gradient "
                       "stops at your node, and only the other uses of x reach it.",
@@ -415,6 +536,11 @@ register(Exercise(
         # The shortcuts: the local derivative from PyTorch, or a node the engine cannot go through.
         WrongAnswer(_tanh_local_by_autograd, expect="used_autograd", note="torch autograd on torch.tanh"),
         WrongAnswer(_tanh_local_by_forward_ad, expect="used_autograd", note="forward-mode AD on torch.tanh"),
+        WrongAnswer(_tanh_local_by_central_difference, expect="finite_differences",
+                    note="central difference of math.tanh (adv-00-04-r2)"),
+        WrongAnswer(_tanh_local_by_forward_difference, expect="difference_quotient",
+                    note="forward difference reusing the node's value"),
+        WrongAnswer(_tanh_local_by_complex_step, expect="finite_differences", note="complex step with cmath"),
         WrongAnswer(_tanh_never_attached, expect="typed_formula", note="closure never attached"),
         WrongAnswer(_tanh_without_parent, expect="typed_formula", note="a node without its input"),
     ),

@@ -1510,3 +1510,98 @@ def test_a_failed_prediction_never_shows_the_expected_value():
          solution_code="g = 1", inputs=None)
     flipped = check("99.tensor", torch.tensor([-3.0, 0.0, 1.0]))
     assert flipped.misconception == "wrong_value" and "opposite sign" not in repr(flipped)
+
+
+# --- a derivative laundered through a trivial backward pass (issue 20, round 3) -----------------
+
+from autograd_lab.checking import autograd_derivative  # noqa: E402
+
+
+def _fresh_leaf(x):
+    return x.detach().requires_grad_()
+
+
+def _backward_then_grad(loss_of):
+    def answer(x):
+        t = _fresh_leaf(x)
+        loss_of(t, x).backward()
+        return t.grad
+    return answer
+
+
+_CORRECT_CUBES = {
+    "sum": _backward_then_grad(lambda t, x: (t ** 3).sum()),
+    "x*x*x": _backward_then_grad(lambda t, x: (t * t * t).sum()),
+    "ones cotangent": lambda x: (lambda t: ((t ** 3).backward(torch.ones_like(t)), t.grad)[1])(_fresh_leaf(x)),
+    "leaf as x * 1.0": lambda x: (lambda t: ((t ** 3).sum().backward(), t.grad)[1])((x * 1.0).requires_grad_()),
+    "leaf from tolist": lambda x: (lambda t: ((t ** 3).sum().backward(), t.grad)[1])(
+        torch.tensor(x.tolist(), dtype=x.dtype, requires_grad=True)),
+    "autograd.grad": lambda x: (lambda t: torch.autograd.grad((t ** 3).sum(), t)[0])(_fresh_leaf(x)),
+    "torch.func.grad": lambda x: torch.func.grad(lambda t: (t ** 3).sum())(x),
+    "torch.func.vjp": lambda x: torch.func.vjp(lambda t: t ** 3, x)[1](torch.ones_like(x))[0],
+    "functional.vjp": lambda x: torch.autograd.functional.vjp(lambda t: (t ** 3).sum(), x)[1],
+}
+_LAUNDERED_CUBES = {
+    "leaf's gradient=": lambda x: (lambda t: (t.backward(gradient=3 * x ** 2), t.grad)[1])(_fresh_leaf(x)),
+    "(t * 1) gradient=": lambda x: (lambda t: ((t * 1).backward(gradient=3 * x.detach() ** 2), t.grad)[1])(
+        _fresh_leaf(x)),
+    "weight": _backward_then_grad(lambda t, x: (t * (3 * x.detach() ** 2)).sum()),
+    "weight requiring grad": _backward_then_grad(lambda t, x: (t * (3 * x.detach() ** 2).requires_grad_() * 1).sum()),
+    "raw x as weight": _backward_then_grad(lambda t, x: (t * 3 * x * x).sum()),
+    "no_grad weight": _backward_then_grad(lambda t, x: (t * torch.no_grad()(lambda: 3 * t ** 2)()).sum()),
+    ".data weight": _backward_then_grad(lambda t, x: (t * (3 * t.data ** 2)).sum()),
+    "0 * t * t decoy": _backward_then_grad(lambda t, x: (t * (3 * x.detach() ** 2) + 0 * t * t).sum()),
+    "tolist weight": _backward_then_grad(
+        lambda t, x: (t * torch.tensor([3 * a * a for a in x.tolist()], dtype=x.dtype) + 0 * t * t).sum()),
+    "numpy weight": _backward_then_grad(lambda t, x: (t * torch.from_numpy(3 * x.numpy() ** 2)).sum()),
+    "python floats": _backward_then_grad(lambda t, x: sum(t[i] * (3 * a * a) for i, a in enumerate(x.tolist()))),
+    "root value fixed": _backward_then_grad(
+        lambda t, x: (t * (3 * x.detach() ** 2)).sum() + ((x ** 3).sum() - (t * 3 * x.detach() ** 2).sum()).detach()),
+    ".grad changed afterwards": lambda x: (lambda t: (t.sum().backward(), t.grad.mul_(3 * x ** 2))[1])(_fresh_leaf(x)),
+}
+
+
+def test_a_derivative_laundered_through_a_backward_pass_is_refused_and_correct_autograd_is_not():
+    make(method=(uses_autograd(), autograd_derivative()))
+    for name, answer in _CORRECT_CUBES.items():
+        assert check("99.sample", answer).status == "passed", name
+    for name, answer in _LAUNDERED_CUBES.items():
+        result = check("99.sample", answer)
+        assert result.misconception == "laundered_formula", (name, repr(result))
+        assert "derivative taken by autograd" in result.messages[0], name
+    # what the tape cannot see (docs/authoring-exercises.md): Python floats with a decoy that reads the leaf
+    decoyed = _backward_then_grad(
+        lambda t, x: sum(t[i] * (3 * a * a) for i, a in enumerate(x.tolist())) + (0 * t * t).sum())
+    assert check("99.sample", decoyed).status == "passed"
+
+
+def test_data_other_than_the_differentiated_input_may_be_a_weight_or_a_cotangent():
+    def vjp_inputs(seed, hidden):
+        g = torch.Generator().manual_seed(seed)
+        return (torch.randn(3, 2, generator=g, dtype=torch.float64), torch.randn(2, generator=g, dtype=torch.float64),
+                torch.randn(3, generator=g, dtype=torch.float64))
+
+    def reference(W, x, v):
+        W = W.detach().requires_grad_()
+        return torch.autograd.grad(torch.tanh(W @ x), W, grad_outputs=v)[0]
+
+    def weighted(W, x, v):
+        W = W.detach().requires_grad_()
+        (torch.tanh(W @ x) * v).sum().backward()
+        return W.grad
+
+    def laundered(W, x, v):
+        Wl = W.detach().requires_grad_()
+        (Wl @ x).backward(gradient=v * (1 - torch.tanh(W @ x) ** 2))
+        return Wl.grad
+
+    def wrt_x(W, x, v):              # a wrong tensor differentiated: the values say so, not the ledger
+        x = x.detach().requires_grad_()
+        return torch.autograd.grad(torch.tanh(W @ x), x, grad_outputs=v)[0]
+
+    make("99.vjp", reference=reference, inputs=vjp_inputs, method=(uses_autograd(), autograd_derivative(wrt=0)))
+    assert check("99.vjp", reference).status == "passed" and check("99.vjp", weighted).status == "passed"
+    assert check("99.vjp", laundered).misconception == "laundered_formula"
+    assert check("99.vjp", wrt_x).misconception != "laundered_formula"
+    record = observe(catalog.get("99.vjp"), laundered, 0)
+    assert record["facts"]["laundered"]["gradient"] >= 1     # plain data: judged in the grader's process
