@@ -415,44 +415,35 @@ NOT_TORCH_AUTOGRAD = Method(
     tag="used_autograd")
 
 
-def _tanh_local_by_central_difference(a):
-    """A shortcut (round 2): the local derivative as a central difference quotient of math.tanh."""
-    t = math.tanh(a.data)
-    step = 1e-5
-    local = (math.tanh(a.data + step) - math.tanh(a.data - step)) / (2 * step)
-    out = Value(t, (a,), "tanh")
+def _tanh_with_local(local_derivative):
+    """A tanh node whose local derivative is ``local_derivative(u, tanh(u))``, taken once when the node is made."""
+    def tanh(a):
+        t = math.tanh(a.data)
+        local = local_derivative(a.data, t)
+        out = Value(t, (a,), "tanh")
 
-    def _backward():
-        a.grad += local * out.grad
-    out._backward = _backward
-    return out
-
-
-def _tanh_local_by_forward_difference(a):
-    """The same with a forward difference that reuses the node's own value: one extra call of math.tanh."""
-    t = math.tanh(a.data)
-    step = 1e-8
-    local = (math.tanh(a.data + step) - t) / step
-    out = Value(t, (a,), "tanh")
-
-    def _backward():
-        a.grad += local * out.grad
-    out._backward = _backward
-    return out
+        def _backward():
+            a.grad += local * out.grad
+        out._backward = _backward
+        return out
+    return tanh
 
 
-def _tanh_local_by_complex_step(a):
+def _central_difference(u, t, step=1e-5):
+    """A shortcut (round 3): a central difference quotient of math.tanh, no derivative worked out."""
+    return (math.tanh(u + step) - math.tanh(u - step)) / (2 * step)
+
+
+def _forward_difference(u, t, step=1e-8):
+    """A forward difference that reuses the node's value: one extra call of math.tanh, as a recomputing closure."""
+    return (math.tanh(u + step) - t) / step
+
+
+def _complex_step(u, t, step=1e-30):
     """The complex-step derivative: exact to rounding with one call of cmath.tanh, still not worked out."""
     import cmath
 
-    t = math.tanh(a.data)
-    local = cmath.tanh(complex(a.data, 1e-30)).imag / 1e-30
-    out = Value(t, (a,), "tanh")
-
-    def _backward():
-        a.grad += local * out.grad
-    out._backward = _backward
-    return out
+    return cmath.tanh(complex(u, step)).imag / step
 
 
 # A worked-out derivative evaluates tanh once per node (twice if the closure recomputes it); a central
@@ -536,11 +527,11 @@ register(Exercise(
         # The shortcuts: the local derivative from PyTorch, or a node the engine cannot go through.
         WrongAnswer(_tanh_local_by_autograd, expect="used_autograd", note="torch autograd on torch.tanh"),
         WrongAnswer(_tanh_local_by_forward_ad, expect="used_autograd", note="forward-mode AD on torch.tanh"),
-        WrongAnswer(_tanh_local_by_central_difference, expect="finite_differences",
+        WrongAnswer(_tanh_with_local(_central_difference), expect="finite_differences",
                     note="central difference of math.tanh (adv-00-04-r2)"),
-        WrongAnswer(_tanh_local_by_forward_difference, expect="difference_quotient",
+        WrongAnswer(_tanh_with_local(_forward_difference), expect="difference_quotient",
                     note="forward difference reusing the node's value"),
-        WrongAnswer(_tanh_local_by_complex_step, expect="finite_differences", note="complex step with cmath"),
+        WrongAnswer(_tanh_with_local(_complex_step), expect="finite_differences", note="complex step with cmath"),
         WrongAnswer(_tanh_never_attached, expect="typed_formula", note="closure never attached"),
         WrongAnswer(_tanh_without_parent, expect="typed_formula", note="a node without its input"),
     ),
