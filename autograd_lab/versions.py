@@ -151,6 +151,14 @@ _BEHAVIOURS = (
                 "warns \"Full backward hook is firing when gradients are computed with respect to module outputs "
                 "since no inputs require gradients\""),
     )),
+    Behaviour("fp32_precision_switch", "the fp32_precision switches beside allow_tf32 and set_float32_matmul_precision", (
+        # PyTorch 2.9's CUDA notes document them (the 2.8 wheel not read here); measured: absent on 2.5.1,
+        # present on 2.13.0 and 2.15.0 ("none" by default, "tf32" for matmuls under TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1)
+        Variant("0", False, "sets TF32 with `torch.backends.cuda.matmul.allow_tf32`, `torch.backends.cudnn.allow_tf32` "
+                "and `torch.set_float32_matmul_precision`"),
+        Variant("2.9.0", True, "also has `torch.backends.cuda.matmul.fp32_precision` (and `torch.backends.fp32_precision`, "
+                "`torch.backends.cudnn.fp32_precision`), the newer switches"),
+    )),
     Behaviour("jvp_jit_warning", "a FutureWarning about torch.jit.script on the first torch.func.jvp call", (
         Variant("0", False, "prints no warning on the first torch.func.jvp call"),
         Variant("2.14.0", True, "prints a FutureWarning about torch.jit.script on the first torch.func.jvp call"),

@@ -281,6 +281,34 @@ def _mlp_backward_by_finite_differences(X, W1, b1, W2, b2, G_Z):
     return grads
 
 
+def _mlp_backward_by_tanh_kernel(X, W1, b1, W2, b2, G_Z):
+    """The chain rule by hand, except tanh's derivative: PyTorch's own kernel for it (adversarial round 2, E1)."""
+    H = torch.tanh(X @ W1 + b1)
+    G_A = torch.ops.aten.tanh_backward(G_Z @ W2.T, H)
+    return {"W1": X.T @ G_A, "b1": G_A.sum(0), "W2": H.T @ G_Z, "b2": G_Z.sum(0)}
+
+
+def _mlp_backward_by_sigmoid_kernel(X, W1, b1, W2, b2, G_Z):
+    """tanh(a) = 2 sigmoid(2a) - 1, so tanh'(a) = 4 sigmoid'(2a): the derivative from sigmoid's kernel."""
+    A = X @ W1 + b1
+    H = torch.tanh(A)
+    G_A = 4 * torch.ops.aten.sigmoid_backward(G_Z @ W2.T, torch.sigmoid(2 * A))
+    return {"W1": X.T @ G_A, "b1": G_A.sum(0), "W2": H.T @ G_Z, "b2": G_Z.sum(0)}
+
+
+def _mlp_backward_by_convolution_kernel(X, W1, b1, W2, b2, G_Z):
+    """Each layer's three products from the convolution's backward kernel (a linear layer is a 1-wide convolution)."""
+    def layer_backward(inputs, weight, grad_out):
+        grad_in, grad_weight, grad_bias = torch.ops.aten.convolution_backward(
+            grad_out.unsqueeze(-1), inputs.unsqueeze(-1), weight.T.unsqueeze(-1), [weight.shape[1]],
+            [1], [0], [1], False, [0], 1, [True, True, True])
+        return grad_in.squeeze(-1), grad_weight.squeeze(-1).T, grad_bias
+    H = torch.tanh(X @ W1 + b1)
+    G_H, G_W2, G_b2 = layer_backward(H, W2, G_Z)
+    _, G_W1, G_b1 = layer_backward(X, W1, G_H * (1 - H ** 2))
+    return {"W1": G_W1, "b1": G_b1, "W2": G_W2, "b2": G_b2}
+
+
 def _mlp_backward_by_batched_differences(X, W1, b1, W2, b2, G_Z):
     """Central differences with every perturbation of a parameter in one batched forward pass (per sign)."""
     params = {"W1": W1, "b1": b1, "W2": W2, "b2": b2}
@@ -310,6 +338,16 @@ CHAIN_RULE = Method(
              "that is a numerical derivative, not the backward pass. Recompute the forward pass once and apply "
              "the chain rule, one layer at a time, from the output down."),
     tag="finite_differences", sizes=True)
+# PyTorch's derivative kernels (aten ops named *_backward: tanh_backward, sigmoid_backward, convolution_backward...)
+# are the local derivatives autograd itself would run; called directly they do the exercise's one non-trivial step
+# (as aten::softplus_backward would for 02.softplus, whose own_function() refuses it the same way).
+OWN_DERIVATIVES = Method(
+    name="local derivatives you work out yourself (no PyTorch derivative kernel)",
+    holds=lambda facts: facts["library_derivatives"] == 0,
+    message=("your answer called one of PyTorch's own derivative kernels (an `aten::*_backward` op): that is the "
+             "derivative autograd would use, not one you worked out. Write every local derivative with ordinary "
+             "tensor operations."),
+    tag="library_derivative")
 
 
 register(Exercise(
@@ -339,7 +377,7 @@ register(Exercise(
                       "not the mean.",
                       _dict_detector(_mlp_bias_mean)),
     ),
-    method=(WITHOUT_AUTOGRAD, CHAIN_RULE),
+    method=(WITHOUT_AUTOGRAD, CHAIN_RULE, OWN_DERIVATIVES),
     wrong_answers=(
         WrongAnswer(_mlp_backward_by_autograd, expect="used_autograd"),
         WrongAnswer(_mlp_backward_by_finite_differences, expect="finite_differences"),
@@ -347,6 +385,10 @@ register(Exercise(
         WrongAnswer(_mlp_backward_by_jacfwd, expect="used_autograd", note="forward mode is autograd too"),
         WrongAnswer(_mlp_backward_by_private_engine, expect="used_autograd", note="the engine called directly"),
         WrongAnswer(_mlp_backward_forging_the_count, expect="used_autograd", note="the engine's counter reset"),
+        WrongAnswer(_mlp_backward_by_tanh_kernel, expect="library_derivative", note="aten::tanh_backward"),
+        WrongAnswer(_mlp_backward_by_sigmoid_kernel, expect="library_derivative", note="aten::sigmoid_backward"),
+        WrongAnswer(_mlp_backward_by_convolution_kernel, expect="library_derivative",
+                    note="aten::convolution_backward for each layer's products"),
         WrongAnswer(_mlp_without_activation_grad, expect="missing_activation_grad"),
         WrongAnswer(_mlp_activation_of_pre, expect="activation_of_preactivation"),
         WrongAnswer(_mlp_bias_mean, expect="bias_mean"),

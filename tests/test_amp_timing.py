@@ -38,11 +38,12 @@ def test_tf32_and_unknown_modes_are_refused_with_the_choices():
         measure_precision(model, x, y, "fp8", repeat=1)
 
 
-def test_the_tf32_flag_is_restored():
+def test_a_cpu_run_leaves_every_tf32_switch_alone():
+    from autograd_lab.labs.precision import tf32_settings
     model, x, y = _model_and_batch()
-    before = torch.backends.cuda.matmul.allow_tf32
+    before = tf32_settings()            # with torch's newer fp32_precision switch, where it has one
     measure_precision(model, x, y, "fp32", repeat=1)
-    assert torch.backends.cuda.matmul.allow_tf32 == before
+    assert tf32_settings() == before
 
 
 # --- what the CPU can do in 16 bits, host reads, and what a GPU promises ------------------------------
@@ -52,12 +53,27 @@ import math
 from autograd_lab.labs import amp_timing
 
 
-def test_cpu_16bit_units_names_the_capability_and_judges_only_what_it_knows():
+def test_cpu_16bit_units_names_the_capability_and_each_dtypes_matmul_path():
     units = amp_timing.cpu_16bit_units()
     assert units["capability"] == torch.backends.cpu.get_cpu_capability()
-    assert units["native_16bit"] in (True, False, None)
-    if units["avx512_bf16"] or units["amx"]:
-        assert units["native_16bit"] is True
+    assert set(units["matmul_path"]) == set(units["onednn"]) == {"bfloat16", "float16"}
+    assert units["onednn"]["bfloat16"] == torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    for path in units["matmul_path"].values():
+        assert path in ("oneDNN", "generic", None)
+
+
+def test_the_matmul_path_follows_onednns_check_per_dtype(monkeypatch):
+    # an AVX512 CPU without BF16 (oneDNN takes bfloat16, not float16), an AVX2 CPU, and an ARM one
+    monkeypatch.setattr(amp_timing, "_onednn_supports", lambda tag: tag == "bf16")
+    monkeypatch.setattr(amp_timing.platform, "machine", lambda: "x86_64")
+    if torch.backends.mkldnn.is_available():
+        assert amp_timing.cpu_16bit_units()["matmul_path"] == {"bfloat16": "oneDNN", "float16": "generic"}
+    with torch.backends.mkldnn.flags(enabled=False):
+        assert amp_timing.cpu_16bit_units()["matmul_path"] == {"bfloat16": "generic", "float16": "generic"}
+    monkeypatch.setattr(amp_timing, "_onednn_supports", lambda tag: False)
+    assert amp_timing.cpu_16bit_units()["matmul_path"] == {"bfloat16": "generic", "float16": "generic"}
+    monkeypatch.setattr(amp_timing.platform, "machine", lambda: "aarch64")
+    assert amp_timing.cpu_16bit_units()["matmul_path"] == {"bfloat16": None, "float16": None}
 
 
 def test_matmul_throughput_reports_every_dtype_and_the_casts():

@@ -72,6 +72,8 @@ def test_tf32_defaults_predict_what_torch_reports_with_and_without_the_override(
     assert settings["matmul_allow_tf32"] == (value == "1")                # only "1" turns TF32 on
     assert settings["float32_matmul_precision"] == ("high" if value == "1" else "highest")
     assert settings["cudnn_allow_tf32"] is True                            # convolutions: on either way
+    if "matmul_fp32_precision" in settings:                                # torch 2.9 and later
+        assert settings["matmul_fp32_precision"] == ("tf32" if value == "1" else "none")
 
 
 def test_tf32_forced_reads_only_the_value_1():

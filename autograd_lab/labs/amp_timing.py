@@ -13,7 +13,8 @@ autograd keeps for backward) is exact and the same on every run; the time
 varies, and ``peak_bytes`` exists only on CUDA.
 
 Why a CPU runs 16-bit matmuls slowly or fast: ``cpu_16bit_units`` says which 16-bit
-matrix instructions this CPU has, and ``matmul_throughput`` measures each dtype's
+matrix instructions this CPU has and, per dtype, whether PyTorch sends a 16-bit matmul to
+oneDNN or to its generic kernel; ``matmul_throughput`` measures each dtype's
 ``F.linear`` (and what casting the operands costs).  On a GPU, ``gpu_precision_table``
 measures the four modes and ``gpu_expectations`` says which gains the device's
 compute capability promises, so the notebook asserts only those.
@@ -77,8 +78,11 @@ def measure_precision(model, x, y, mode, *, repeat=5, device="cpu"):
     scaler = torch.amp.GradScaler(torch.device(device).type, enabled=mode == "fp16")
     with saved_tensors(exclude=model.parameters()) as saved:
         _loss(model, x, y, mode, device)
+    # TF32 is a CUDA switch: a CPU run leaves it alone (from torch 2.9, writing allow_tf32 also moves the
+    # newer fp32_precision switch from "none" to "ieee", which writing allow_tf32 back does not undo)
     previous_tf32 = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
+    if is_cuda:
+        torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
     try:
         if is_cuda:
             torch.cuda.synchronize(device)
@@ -87,7 +91,8 @@ def measure_precision(model, x, y, mode, *, repeat=5, device="cpu"):
                           repeat=repeat, device=device)
         peak = torch.cuda.max_memory_allocated(device) if is_cuda else None
     finally:
-        torch.backends.cuda.matmul.allow_tf32 = previous_tf32
+        if is_cuda:
+            torch.backends.cuda.matmul.allow_tf32 = previous_tf32
     return PrecisionRow(mode, seconds, x.shape[0] / seconds, saved.nbytes, peak)
 
 
@@ -102,24 +107,42 @@ def _probe(name):
         return None
 
 
+def _onednn_supports(tag):
+    """oneDNN's own check for dtype ``tag`` ("bf16", "fp16") on this CPU, the one PyTorch's CPU matmul
+    consults (``torch.ops.mkldnn._is_mkldnn_<tag>_supported()``, private, so None where it is missing)."""
+    try:
+        return bool(getattr(torch.ops.mkldnn, f"_is_mkldnn_{tag}_supported")())
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def _matmul_path(x86, onednn):
+    """Where a CPU matmul of one 16-bit dtype goes: "oneDNN", "generic", or None when this helper cannot tell."""
+    if onednn and torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled:
+        return "oneDNN"
+    if x86 and onednn is not None:
+        return "generic"   # ATen's own gemm for reduced floating types, accumulating in float32
+    return None
+
+
 def cpu_16bit_units():
-    """This CPU's vector capability and the 16-bit matrix instructions it has (``None``: torch cannot tell).
+    """This CPU's vector capability, its 16-bit matrix instructions, and where each 16-bit dtype's matmul goes.
 
     ``capability`` is what ``torch.backends.cpu.get_cpu_capability()`` reports (the widest
-    vector instructions PyTorch's kernels use here).  ``avx512_bf16`` and ``amx`` are the
-    x86 instructions that multiply bfloat16 (AMX tiles also float16 on newer chips);
-    ``native_16bit`` is True when one of them is present, False when an x86 CPU has
-    neither, and None on other processors, whose 16-bit support this helper cannot judge.
+    vector instructions PyTorch's kernels use here).  ``avx512_bf16`` and ``amx`` (AMX-BF16
+    tiles) multiply bfloat16 only; ``amx_fp16`` multiplies float16 (None: this torch cannot
+    tell; AVX512-FP16 has no probe in ``torch.cpu``).  ``onednn`` is oneDNN's own support check
+    per dtype (on x86: bfloat16 from AVX512 BW/VL/DQ or AVX-NE-CONVERT, float16 from AVX512-FP16
+    or AVX-NE-CONVERT; a CPU without 16-bit arithmetic converts inside oneDNN's kernels).
+    ``matmul_path`` says, per dtype, where PyTorch sends a large enough 2-D matmul: "oneDNN"
+    when oneDNN supports the dtype here and is enabled, "generic" on an x86 CPU where it does
+    not, None on other processors, which this helper does not judge.
     """
     units = {"machine": platform.machine(), "capability": torch.backends.cpu.get_cpu_capability(),
-             "avx512_bf16": _probe("avx512_bf16"), "amx": _probe("amx_tile")}
+             "avx512_bf16": _probe("avx512_bf16"), "amx": _probe("amx_tile"), "amx_fp16": _probe("amx_fp16"),
+             "onednn": {"bfloat16": _onednn_supports("bf16"), "float16": _onednn_supports("fp16")}}
     x86 = units["machine"].lower() in ("x86_64", "amd64", "i386", "i686")
-    if units["avx512_bf16"] or units["amx"]:
-        units["native_16bit"] = True
-    elif x86 and units["avx512_bf16"] is False and units["amx"] is False:
-        units["native_16bit"] = False
-    else:
-        units["native_16bit"] = None
+    units["matmul_path"] = {name: _matmul_path(x86, supported) for name, supported in units["onednn"].items()}
     return units
 
 

@@ -9,6 +9,8 @@ autograd stores for backward, and ``saved_tensors`` measures it exactly with
         loss = model(x).sum()
     saved.count, saved.nbytes
 
+``tensors_made`` records instead every tensor a pass creates, saved or not.
+
 A tensor saved by several ops (or twice by one op) is counted once, keyed by
 its storage, because that is what it costs in memory.
 """
@@ -16,6 +18,7 @@ its storage, because that is what it costs in memory.
 from dataclasses import dataclass
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,33 @@ class saved_tensors:
     @property
     def nbytes(self):
         return sum(t.nbytes for t in self._seen.values())
+
+
+class tensors_made(TorchDispatchMode):
+    """Context manager that records the shape of every tensor an op makes inside it, backward included.
+
+    Where ``saved_tensors`` sees what autograd keeps, this sees what a pass creates, even
+    briefly (a Jacobian built and thrown away would show here). ``exclude``: tensors whose
+    views are not counted (a model's own weight, and its transpose made on the way).
+    After the block: ``shapes``, one tuple per tensor made, in order.
+    """
+
+    @classmethod
+    def _should_skip_dynamo(cls):
+        # torch >= 2.13 otherwise imports torch._dynamo (seconds) the first time the mode runs.
+        return False
+
+    def __init__(self, exclude=()):
+        super().__init__()
+        self._excluded = {_storage_key(t) for t in exclude}
+        self.shapes = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for tensor in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(tensor, torch.Tensor) and _storage_key(tensor) not in self._excluded:
+                self.shapes.append(tuple(tensor.shape))
+        return out
 
 
 def tensor_bytes(tensors):

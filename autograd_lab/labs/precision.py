@@ -12,7 +12,7 @@ Note that ``torch.finfo(dtype).tiny`` is the smallest *normal* number; the
 smallest subnormal, where values really become zero, is ``tiny * eps``.
 
 TF32, the third format of mixed-precision talk, is a switch rather than a dtype:
-``tf32_settings()`` reads the switches, and ``tf32_defaults()`` says what they are
+``tf32_settings()`` reads the switches (the newer ``fp32_precision`` one too, where torch has it), and ``tf32_defaults()`` says what they are
 before a program touches them, which depends on the environment
 (``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1``, set by NVIDIA's NGC containers, turns TF32
 on for float32 matmuls).
@@ -22,6 +22,8 @@ import os
 from dataclasses import dataclass
 
 import torch
+
+from autograd_lab import versions
 
 TF32_OVERRIDE = "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"
 
@@ -39,16 +41,23 @@ def tf32_forced(environ=None):
 def tf32_defaults(environ=None):
     """The TF32 switches as torch reports them before a program sets them, in this environment."""
     forced = tf32_forced(environ)
-    return {"float32_matmul_precision": "high" if forced else "highest",
-            "matmul_allow_tf32": forced,
-            "cudnn_allow_tf32": True}   # convolutions: on by default, whatever the environment
+    defaults = {"float32_matmul_precision": "high" if forced else "highest",
+                "matmul_allow_tf32": forced,
+                "cudnn_allow_tf32": True}   # convolutions: on by default, whatever the environment
+    if versions.behaviour("fp32_precision_switch").value:
+        defaults["matmul_fp32_precision"] = "tf32" if forced else "none"
+    return defaults
 
 
 def tf32_settings():
-    """The TF32 switches as torch reports them now (readable without a GPU)."""
-    return {"float32_matmul_precision": torch.get_float32_matmul_precision(),
-            "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
-            "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32}
+    """The TF32 switches as torch reports them now (readable without a GPU), the newer
+    ``fp32_precision`` one included where this torch has it (``versions``: "fp32_precision_switch")."""
+    settings = {"float32_matmul_precision": torch.get_float32_matmul_precision(),
+                "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+                "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32}
+    if versions.behaviour("fp32_precision_switch").value:
+        settings["matmul_fp32_precision"] = torch.backends.cuda.matmul.fp32_precision
+    return settings
 
 
 def smallest_subnormal(dtype):
