@@ -540,6 +540,24 @@ def test_a_bare_except_cannot_swallow_the_timeout():
     assert check("00.cube_grad", stubborn, timeout=0.2).status == "timed out"
 
 
+def test_the_timed_answer_runs_on_one_thread_and_the_callers_count_comes_back():
+    # Two intra-op threads on a loaded machine spin while they wait for each other, and the CPU time the
+    # deadline counts grew tenfold (06.checkpointed_step at load 19): one thread keeps it to the answer's work.
+    seen = []
+
+    def counting(x):
+        seen.append(torch.get_num_threads())
+        return cube_grad(x)
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert check("00.cube_grad", counting).status == "passed"
+        assert set(seen) == {1} and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_a_fast_answer_is_not_hit_by_a_late_alarm():
     check("00.cube_grad", cube_grad, timeout=0.05)
     time.sleep(0.2)  # a stray SIGALRM would raise here

@@ -10,7 +10,10 @@ with its line (``origin``).
 ``deadline(seconds)`` interrupts code that runs too long: ``seconds`` of this
 process's CPU time (``ITIMER_PROF``), not of the wall clock, so a busy machine
 never makes an honest answer time out (a verdict may not depend on the load; a
-check on a loaded 2-core machine took 12.6 s of wall clock for 2 s of work).  An
+check on a loaded 2-core machine took 12.6 s of wall clock for 2 s of work).  The
+timed code runs on one intra-op thread: with two, a thread that waits for a descheduled
+peer spins, and the process's CPU time grows with the load (a case of
+06.checkpointed_step: 0.02-0.04 s alone, 0.22-0.39 s with two threads at load 19).  An
 answer that waits without computing (``time.sleep``) is not stopped by it.  The
 timer only exists on POSIX and only works in the main thread: elsewhere (Windows,
 a worker thread) the check runs without a time limit, and ``deadline.supported``
@@ -65,6 +68,8 @@ class deadline:
 
     def __enter__(self):
         if self.supported:
+            self._threads = torch.get_num_threads()
+            torch.set_num_threads(1)   # no spinning peer threads: CPU time that does not grow with the load
             self._previous = signal.signal(signal.SIGPROF, self._fire)
             self._active = True
             signal.setitimer(signal.ITIMER_PROF, max(self.seconds, 0.001), self._REFIRE)
@@ -75,6 +80,7 @@ class deadline:
         if self.supported:
             signal.setitimer(signal.ITIMER_PROF, 0)
             signal.signal(signal.SIGPROF, self._previous)
+            torch.set_num_threads(self._threads)
         return False
 
 

@@ -259,7 +259,10 @@ def _failure_messages(public, hidden):
 
 def _case_message(case):
     if case.status == "timed out":
-        return "your code ran past the time limit (an endless loop?) and was stopped."
+        return ("your code used up this case's time limit and was stopped. The limit counts the CPU time your "
+                "code itself used, so a busy machine does not use it up; an answer like the one asked for needs a "
+                "small part of it. Look for a loop that does not end, or work repeated far more often than the "
+                "prompt asks.")
     if case.status == "error":
         advice = error_advice(case.finding.message)
         return f"your code raised {case.finding.message}" + (f".{advice}" if advice else "")
