@@ -539,9 +539,9 @@ register(Exercise(
     ),
     misconceptions=(
         Misconception("named_nothing",
-                      "Backward does produce a non-finite gradient here, and your function returned None. If it "
-                      "looked only at the forward value, or only for NaN, or caught an error and returned None, "
-                      "that hides it: hook every node of the graph and look at what each one computed.",
+                      "Your function returned None, but backward does produce a non-finite gradient here (a NaN "
+                      "or an inf): whatever it watched did not see it. Hook every node of the graph and look at "
+                      "what each one computed.",
                       _named_nothing),
         Misconception("nan_only",
                       "You named the first node that produced a NaN, as anomaly mode does. Here a gradient became "

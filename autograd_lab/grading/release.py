@@ -34,6 +34,7 @@ import nbformat
 import torch
 
 from autograd_lab.checking.observe import flat_tensors
+from autograd_lab.checking.public import error_kind
 from autograd_lab.checking.forms import form_record
 from autograd_lab.checking.records import readable_grad
 
@@ -202,7 +203,7 @@ def public_spec(exercise, salt):
         "records": {int(seed): record for seed, record in records.items()},
         "inputs": _public_inputs(exercise) if exercise.kind == "function" else None,
         "misconceptions": [] if exercise.kind == "value" else [  # a prediction's would give its key away
-            _misconception_data(exercise, m, salt) for m in exercise.misconceptions],
+            _misconception_data(exercise, m, salt, records) for m in exercise.misconceptions],
         "methods": [method_data(exercise.id, m) for m in getattr(exercise, "method", ())],
     }
 
@@ -300,7 +301,7 @@ def _round_trips(exercise, blobs):
     return True
 
 
-def _misconception_data(exercise, misconception, salt):
+def _misconception_data(exercise, misconception, salt, records=None):
     """A ``claims`` detector as its key and value; any other as the bank answer's records."""
     detect = misconception.detect
     if getattr(detect, "__qualname__", "").startswith("claims."):
@@ -309,25 +310,51 @@ def _misconception_data(exercise, misconception, salt):
         return {"tag": misconception.tag, "message": misconception.message, "form": "claims",
                 "key": cells["key"], "value": cells["value"]}
     return {"tag": misconception.tag, "message": misconception.message, "form": "fingerprint",
-            "prints": _fingerprints(exercise, misconception.tag, salt)}
+            "prints": _fingerprints(exercise, misconception, salt, records)}
 
 
-def _fingerprints(exercise, tag, salt):
+def _fingerprints(exercise, misconception, salt, references=None):
     from autograd_lab.checking import observe
 
     prints = []
     for wrong in exercise.wrong_answers:
-        if wrong.expect != tag:
+        if wrong.expect not in (misconception.tag, "error"):
             continue
         for seed in exercise.public_seeds:
             record = observe(exercise, wrong.answer, seed, timeout=30)
-            if record["status"] != "ok":
+            if record["status"] == "error" and references is not None and \
+                    _names_error(exercise, misconception, record, references[seed]):
+                error = {"error": error_kind(record["error"])}     # self-study names this error's cause
+                prints += [error] if error not in prints else []
+            if record["status"] != "ok" or wrong.expect != misconception.tag:
                 continue
+            if references is not None and not _names(exercise, misconception, record, references[seed]):
+                continue    # on this case the bank answer's record shows another cause (or none): no print
             if exercise.kind == "value":
                 prints.append({"output": form_record(record["output"])})
             else:
-                prints.append({key: record.get(key) for key in ("output", "args_after", "input_grads")})
+                # ``expected``: the reference's output on the same case, so the print names this mistake on a
+                # case like the one it was made on, not an output that is right (or another mistake) elsewhere.
+                prints.append({key: record.get(key) for key in ("output", "args_after", "input_grads")} |
+                              ({} if references is None else {"expected": references[seed]["output"]}))
     return prints
+
+
+def _names(exercise, misconception, record, reference):
+    """Whether self-study's detector names ``misconception`` for ``record`` (a failed case)."""
+    from autograd_lab.checking.detectors import named
+    from autograd_lab.checking.findings import Finding
+
+    alone = replace(exercise, misconceptions=(misconception,))
+    return named(alone, Finding("wrong_value", ""), record, reference).tag == misconception.tag
+
+
+def _names_error(exercise, misconception, record, reference):
+    from autograd_lab.checking.detectors import named_error
+    from autograd_lab.checking.findings import Finding
+
+    alone = replace(exercise, misconceptions=(misconception,))
+    return named_error(alone, Finding("error", ""), record, reference).message != ""
 
 
 def main(args):
