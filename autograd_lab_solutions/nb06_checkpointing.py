@@ -223,6 +223,18 @@ def _typed_count(model, x):
     return loss, len(model) + 1
 
 
+def _checkpointed_typed_count(model, x):
+    """Every block checkpointed, and the count typed instead of measured (adv-05-08-r2, 06.checkpointed_step 1)."""
+    from torch.utils.checkpoint import checkpoint
+
+    h = x
+    for block in model:
+        h = checkpoint(block, h, use_reentrant=False)
+    loss = h.pow(2).mean()
+    loss.backward()
+    return loss, len(model) + 1
+
+
 def _checkpointed_for_show(model, x):
     """A checkpointed forward measured for the count, then an ordinary forward for the loss and backward."""
     count = _mistaken_step(model, x, backward=False)[1]
@@ -250,7 +262,14 @@ def _blocks_in(parameters):
 
 
 def _saved_count(student):
-    return student[1] if isinstance(student, (tuple, list)) and len(student) == 2 else None
+    return student[1] if isinstance(student, (tuple, list)) and len(student) == 3 else None
+
+
+def _unmeasured(student):
+    """How many saved tensors the answer's own measurement missed (``saved_check``), or 0."""
+    if isinstance(student, (tuple, list)) and len(student) == 3 and isinstance(student[2], dict):
+        return student[2].get("saved outside your measurement", 0)
+    return 0
 
 
 register(Exercise(
@@ -261,6 +280,9 @@ register(Exercise(
     inputs=_frozen_input_model,
     compare=("value", "args"),
     modifies=("model:grad",),          # loss.backward() fills the parameters' .grad, and nothing else
+    # Called under saved-tensor hooks of the checker's: the output is (loss, count, {"saved outside your
+    # measurement": n}), n > 0 when saves escaped the answer's own measurement (a typed count, whatever its value).
+    call="autograd_lab.labs.saved_check:step_with_unmeasured_saves",
     method=checkpoint_used(),          # one non-reentrant checkpoint per block, each recomputed in backward
     rtol=1e-5,
     atol=1e-7,
@@ -277,8 +299,16 @@ register(Exercise(
         Misconception("loss_outside", "Your count leaves out the tensor the loss saves: `pow(2)` saves the "
                       "model's output for its backward. Compute the loss inside the `saved_tensors` block too.",
                       lambda s, r, args: _saved_count(s) == _blocks_in(args[0])),
+        Misconception("count_not_measured", "Your count was not measured: tensors your step saved for backward "
+                      "reached the check's own saved-tensor hooks, so no measurement of yours saw them. The count must be measured: the "
+                      "forward pass and the loss go inside a `saved_tensors` measurement that leaves out the "
+                      "parameters, and the step returns what `activations_kept` counts there, not a number worked "
+                      "out by hand.",
+                      lambda s, r, args: _unmeasured(s) > 0),
     ),
     wrong_answers=(
+        WrongAnswer(_checkpointed_typed_count, expect="count_not_measured",
+                    note="every block checkpointed, the count typed as len(model) + 1 (adv-05-08-r2)"),
         WrongAnswer(_typed_count, expect="checkpoint", note="no checkpoint, the count typed as len(model) + 1"),
         WrongAnswer(_checkpointed_for_show, expect="checkpoint",
                     note="checkpointed only for the count; the loss comes from an ordinary forward"),

@@ -84,3 +84,36 @@ def test_saved_for_segments_wrong_answers_print_nothing_another_prints():
                 continue
             assert out not in right, (tag, out)
             assert all(out not in others for other, others in prints.items() if other != tag), (tag, out)
+
+
+def test_the_saved_check_counts_only_what_escaped_the_answers_own_measurement():
+    # 06.checkpointed_step calls the answer through labs/saved_check.py (adv-05-08-r2: a typed count got 2/2).
+    from autograd_lab.labs.saved_check import step_with_unmeasured_saves
+
+    def own_hooks(model, x):   # a correct alternative: the answer's own saved-tensor hooks, not the course's
+        from torch.utils.checkpoint import checkpoint
+        kept = set()
+        params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+
+        def pack(t):
+            if t.untyped_storage().nbytes() and t.untyped_storage().data_ptr() not in params:
+                kept.add(t.untyped_storage().data_ptr())
+            return t
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            h = x
+            for block in model:
+                h = checkpoint(block, h, use_reentrant=False)
+            loss = h.pow(2).mean()
+        loss.backward()
+        return loss, len(kept)
+
+    model, x = nb06._frozen_input_model(0, hidden=False)
+    loss, count, escaped = step_with_unmeasured_saves(nb06.checkpointed_step, model, x)
+    assert count == len(model) + 1 and escaped == {"saved outside your measurement": 0}
+    assert step_with_unmeasured_saves(own_hooks, model, x)[1:] == (len(model) + 1, escaped)
+    # the adversary's answer: every block checkpointed, the count typed; each checkpoint's input and the loss's escape
+    assert step_with_unmeasured_saves(nb06._checkpointed_typed_count, model, x)[2] == {
+        "saved outside your measurement": len(model) + 1}
+    # the loss outside the measurement: only the tensor pow saves escapes
+    late = step_with_unmeasured_saves(lambda m, t: nb06._mistaken_step(m, t, loss_inside=False), model, x)
+    assert late[1:] == (len(model), {"saved outside your measurement": 1})
