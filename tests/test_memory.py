@@ -1,7 +1,7 @@
 import torch
 import torch.nn as nn
 
-from autograd_lab.labs.memory import memory_breakdown, optimizer_state_bytes, saved_tensors, tensor_bytes
+from autograd_lab.labs.memory import memory_breakdown, optimizer_state_bytes, saved_tensors, tensor_bytes, tensors_made
 
 
 def mlp(depth, width=32):
@@ -69,3 +69,15 @@ def test_memory_breakdown_counts_grads_only_when_set():
 
 def test_tensor_bytes_skips_none():
     assert tensor_bytes([torch.zeros(3, dtype=torch.float64), None]) == 24
+
+
+def test_tensors_made_sees_what_a_backward_creates_and_skips_views_of_excluded_tensors():
+    W = torch.randn(40, 30, dtype=torch.float64)
+    x = torch.randn(30, dtype=torch.float64, requires_grad=True)
+    y = torch.tanh(W @ x)
+    with tensors_made(exclude=[W]) as made:          # the backward's W.t() is a view of W: not counted
+        y.backward(torch.ones(40, dtype=torch.float64))
+    assert made.shapes and max(s[0] for s in made.shapes) <= 40 and all(len(s) == 1 for s in made.shapes)
+    with tensors_made() as made:                     # a Jacobian built on purpose is seen
+        torch.autograd.functional.jacobian(lambda t: torch.tanh(W @ t), x.detach())
+    assert (40, 30) in made.shapes
