@@ -287,6 +287,28 @@ def _squash_straight_through(x):
     return values + (x * typed - (x * typed).detach())
 
 
+def _squash_data_straight_through(x):
+    values_x = x.data                  # adversarial round 3's trick without detach() or no_grad: .data ...
+    y = torch.sigmoid(values_x)
+    gate = y * values_x
+    y.mul_(2).sub_(1)
+    s = torch.sigmoid(values_x)
+    typed = 3 * s - 1 + 3 * values_x * s * (1 - s)        # ... and a derivative typed by hand, as a constant
+    return (gate + y * values_x - values_x * typed) + x * typed
+
+
+def _squash_no_grad_values_autograd_gradient(x):
+    with torch.no_grad():              # the broken code's values, out of autograd's sight ...
+        y = torch.sigmoid(x)
+        gate = y * x
+        y.mul_(2).sub_(1)
+        values = gate + y * x
+    right = x * (3 * torch.sigmoid(x) - 1)                # ... and a right squash, for its gradient only
+    with torch.no_grad():
+        offset = values - right
+    return offset + right
+
+
 def _squash_set_grad_enabled(x):
     torch.set_grad_enabled(False)      # no detach() and no no_grad(): the same constant, by a mode switch
     y = torch.sigmoid(x)
@@ -332,6 +354,9 @@ register(Exercise(
     reference=squash,
     inputs=_squash_inputs,
     compare=("value", "grad"),
+    # Adversarial round 3: values from `.data` with a typed derivative added as a constant pass values and
+    # gradient; such a gradient has no second derivative of its own, which this caller checks.
+    call="autograd_lab.labs.inplace:squash_with_second_derivative",
     method=(no_library("code:torch.autograd.function:Function", "code:torch.autograd.function:BackwardCFunction",
                        name="autograd's own derivatives (no custom `autograd.Function`)", tag="custom_function"),
             # Adversarial round 2: the broken code's values computed out of autograd's sight (detach, no_grad),
@@ -378,10 +403,15 @@ register(Exercise(
                     note="no_grad cuts the same path; round 2: refused by the method, before its gradient is compared"),
         WrongAnswer(_squash_mapped_first, expect="mapped_too_early", note="the naive out-of-place fix"),
         WrongAnswer(_squash_clone_first, expect="mapped_too_early", note="a clone, edited before gate"),
-        WrongAnswer(_squash_straight_through, expect="hidden_from_autograd",
-                    note="adversarial round 2 (I1): no_grad values plus a typed derivative, straight-through"),
-        WrongAnswer(_squash_set_grad_enabled, expect="hidden_from_autograd",
-                    note="the same shortcut without detach() or no_grad(): set_grad_enabled"),
+        WrongAnswer(_squash_straight_through, expect="error",
+                    note="adversarial round 3 (I1): no_grad values plus a typed derivative, straight-through: the "
+                         "caller's second-derivative check raises before the method is judged"),
+        WrongAnswer(_squash_no_grad_values_autograd_gradient, expect="hidden_from_autograd",
+                    note="values under no_grad, a right squash's graph added straight-through: the method"),
+        WrongAnswer(_squash_data_straight_through, expect="error",
+                    note="the same through .data: right values and gradient, no second derivative (the caller)"),
+        WrongAnswer(_squash_set_grad_enabled, expect="error",
+                    note="the same shortcut without detach() or no_grad(): set_grad_enabled (second derivative)"),
         WrongAnswer(_squash_by_own_function, expect="custom_function",
                     note="adversarial round 1: a custom Function with a typed derivative"),
     ),

@@ -88,3 +88,74 @@ def step_in_grad_mode(step, params, lr, weight_decay, grad_enabled):
     """
     torch.set_grad_enabled(grad_enabled)
     return step(params, lr, weight_decay)
+
+
+def saved_bytes_kept(forward, exclude=()):
+    """Run ``forward()``; return its result and the bytes of what it saved for backward that are still alive.
+
+    Each tensor saved while ``forward`` runs is kept as an alias that only the graph holds, followed
+    by a weak reference (saved-tensor hooks, the mechanism ``labs.memory.saved_tensors`` measures
+    with): the alias dies with the graph, and a storage counts while anything still holds it.
+    ``exclude``: tensors not to count (the parameters).
+    """
+    import weakref
+
+    excluded = {t.untyped_storage().data_ptr() for t in exclude}
+    refs = []
+
+    def pack(tensor):
+        packed = tensor.detach()   # an alias only the graph holds (the tensor itself would make a cycle with its node)
+        if packed.untyped_storage().data_ptr() not in excluded:
+            refs.append((weakref.ref(packed), packed.untyped_storage().nbytes(), packed.untyped_storage().data_ptr()))
+        return packed
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        result = forward()
+    alive = {pointer: nbytes for ref, nbytes, pointer in refs if ref() is not None}
+    return result, sum(alive.values())
+
+
+class NotAutogradsDerivative(Exception):
+    """04.squash's check: the answer's gradient does not change with x as autograd's own derivative would."""
+
+
+def squash_with_second_derivative(squash, x, step=1e-5):
+    """``squash(x)``, after checking that a right gradient is autograd's derivative of the values (04.squash).
+
+    The gradient of a squash computed in the graph changes with ``x`` as autograd's second
+    derivative, taken through it, says. A derivative typed by hand and added as a constant
+    matches the values' change (a central difference, float64) but has no second derivative
+    (autograd sees a constant factor): then this raises ``NotAutogradsDerivative``. Only then:
+    a gradient that is already wrong, or an answer that raises, is judged as before, by the
+    output of the first call. Elementwise: the sum's gradient is the derivative.
+    """
+    output = squash(x)
+    try:
+        first_right, second_right, worst = _derivatives_agree(squash, x, step)
+    except Exception:   # the answer's own error or wrong gradient is reported from its first call
+        return output
+    if first_right and not second_right:
+        raise NotAutogradsDerivative(
+            "your squash's gradient is not autograd's derivative of its values: the second derivative autograd "
+            f"takes through your gradient differs from how that gradient changes with x (by up to {worst:.3g}). "
+            "A derivative typed by hand, added to values computed out of autograd's sight, does that; compute the "
+            "values in the graph and let autograd differentiate them.")
+    return output
+
+
+def _derivatives_agree(squash, x, step):
+    """(first derivative matches the values' change, second matches the first's change, worst second gap)."""
+    def first_at(shift, create_graph=False):
+        leaf = (x.detach() + shift).requires_grad_()
+        return leaf, torch.autograd.grad(squash(leaf).sum(), leaf, create_graph=create_graph)[0]
+
+    def values_at(shift):
+        return squash(x.detach() + shift)
+
+    leaf, first = first_at(0.0, create_graph=True)
+    second = torch.autograd.grad(first.sum(), leaf)[0] if first.requires_grad else torch.zeros_like(leaf)
+    values_change = (values_at(step) - values_at(-step)) / (2 * step)
+    first_change = (first_at(step)[1] - first_at(-step)[1]) / (2 * step)
+    worst = (second - first_change).abs().max().item()
+    return (torch.allclose(first.detach(), values_change.detach(), rtol=1e-4, atol=1e-6),
+            torch.allclose(second, first_change, rtol=1e-4, atol=1e-6), worst)
