@@ -45,6 +45,12 @@ actually ran, not what the answer's names say.
   parents whose ``_backward`` was still the do-nothing default (a forgotten
   ``out._backward = _backward``).
 
+With a method that names ``wrt:`` specs (``autograd_derivative``), the provenance ledger
+(``provenance.py``) adds ``laundered``: ``{"gradient" | "weight" | "output": n}``, derivatives
+worked out from the input's values outside autograd that reached a backward pass or the
+output, and ``passes_linear_in_input``: backward passes that read nothing autograd recorded
+from the input, counted only after its values went to Python (``tolist``, ``item``).
+
 A method that needs the backward an answer's output gets (a custom ``Function``)
 also reads ``facts["grad_phase"]``: the same facts, recorded while the checker
 backpropagated through the output.
