@@ -159,6 +159,12 @@ _BEHAVIOURS = (
         Variant("2.9.0", True, "also has `torch.backends.cuda.matmul.fp32_precision` (and `torch.backends.fp32_precision`, "
                 "`torch.backends.cudnn.fp32_precision`), the newer switches"),
     )),
+    Behaviour("get_total_norm", "torch.nn.utils.get_total_norm, the total gradient norm without clipping", (
+        # Added in the 2.6.0 release (its release notes); measured: absent on 2.5.1, present on 2.13.0 and 2.15.0.
+        Variant("0", False, "has no `torch.nn.utils.get_total_norm`: compute the total norm by hand"),
+        Variant("2.6.0", True, "has `torch.nn.utils.get_total_norm`, which computes the total norm and leaves the "
+                "gradients as they are"),
+    )),
     Behaviour("jvp_jit_warning", "a FutureWarning about torch.jit.script on the first torch.func.jvp call", (
         Variant("0", False, "prints no warning on the first torch.func.jvp call"),
         Variant("2.14.0", True, "prints a FutureWarning about torch.jit.script on the first torch.func.jvp call"),

@@ -203,11 +203,14 @@ def audit_step(model, optimizer, train_step, *, steps=2):
     next (a missing ``zero_grad``); gradients cleared between backward and step; modules in eval
     mode at the step; clipping (``torch.nn.utils.clip_grad_*``) or ``GradScaler.unscale_`` before
     backward or after step, and clipping before unscaling.  A loop without clipping is not a
-    problem.
+    problem.  Clipping is seen through the names in ``torch.nn.utils``, looked up when the step
+    calls them: a name bound before the audit (``from torch.nn.utils import clip_grad_norm_`` at
+    the top of a file) escapes it.
 
     The audit starts from cleared gradients, as a training run does, and puts back what it ran
     over: the model's and the optimizer's ``state_dict``, the modules' modes and the gradients.
-    Anything else your step changes (a scheduler, a scaler, a data iterator) keeps its changes.
+    Anything else your step changes (a scheduler, a scaler, a data iterator) keeps its changes: a
+    scheduler's count moves on while the optimizer's learning rate is put back.
     """
     if not callable(train_step):
         raise TypeError("audit_step() needs train_step, a zero-argument function that runs one iteration.")
@@ -255,11 +258,12 @@ def _order_problems(recorder):
         problems.append("optimizer.step() was never called")
     if "backward" not in events:
         problems.append("no gradient reached a trainable parameter: backward() missing or the graph is cut")
-    elif events and events[0] == "step":
+    step_first = "backward" in events and events[0] == "step"
+    if step_first:
         problems.append("optimizer.step() ran before backward(): each step used the previous iteration's gradient")
     if recorder.stale_grad:
         problems.append("gradients accumulated across iterations: call optimizer.zero_grad() before backward()")
-    if recorder.cleared_at_step:
+    if recorder.cleared_at_step and not step_first:   # zero_grad(); step(); backward() clears at every step too
         problems.append("every gradient was cleared (None or zero) at optimizer.step(): zero_grad() runs between "
                         "backward() and step()")
     if recorder.eval_modules:
