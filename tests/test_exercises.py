@@ -1522,8 +1522,10 @@ def test_a_failed_prediction_never_shows_the_expected_value():
     make("99.dict", kind="value", answer_name="d", reference=lambda: {"a": True, "b": 6, "c": "detach"},
          solution_code="d = 1", inputs=None)
     result = check("99.dict", {"a": False, "b": 12, "c": "detach"})
-    assert "d['a'], d['b']: not the expected answer (2 of 3 wrong)" in result.messages[0]
-    assert "6" not in result.messages[0].replace("(2 of 3", "") and "doubled" not in repr(result)
+    assert "d: not the expected answer (2 of 3 entries wrong; which ones is not said)" in result.messages[0]
+    assert "6" not in result.messages[0] and "doubled" not in repr(result) and "'a'" not in result.messages[0]
+    ints = check("99.dict", {"a": 1, "b": 6, "c": "detach"})      # the form is wrong: no count beside it
+    assert ints.status == "failed" and "of 3" not in repr(ints) and "not of the kind" in ints.messages[0]
     make("99.tensor", kind="value", answer_name="g", reference=lambda: torch.tensor([3.0, 0.0, -1.0]),
          solution_code="g = 1", inputs=None)
     flipped = check("99.tensor", torch.tensor([-3.0, 0.0, 1.0]))

@@ -272,7 +272,18 @@ def _worst_error(s, r, where, rtol, atol):
 
 
 
-# --- predictions: which entries are wrong, never what they should be ----------------------
+# --- predictions: how many entries are wrong, never which or what they should be ----------------
+
+def _entry_kind(value):
+    """An entry's kind as a prediction's form sees it: bool, number, string, or a record's kind."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, dict) and KIND in value:
+        return value[KIND]
+    return type(value).__name__
+
 
 def compare_blind(student, reference, where, tolerance):
     """``structure`` for a container of another form, else ``wrong_value`` naming the wrong entries only."""
@@ -294,8 +305,14 @@ def compare_blind(student, reference, where, tolerance):
         wrong = [label for label, s, r in pairs if compare_values(s, r, label, tolerance) is not None]
         if not wrong:
             return None
-        return Finding("wrong_value", f"{', '.join(wrong)}: not the expected answer "
-                                      f"({len(wrong)} of {len(pairs)} wrong).")
+        # Which entries are wrong is not said: for a dict of booleans or a choice among a few
+        # options, naming them hands over the key in one resubmission. A count is given only
+        # when every entry has the kind of its key's entry (ints for bools would all count).
+        if any(_entry_kind(s) != _entry_kind(r) for _, s, r in pairs):
+            return Finding("wrong_value", f"{where}: not the expected answer; some entries are not of the kind "
+                                          "the prompt asks for, so they were not compared.")
+        return Finding("wrong_value", f"{where}: not the expected answer ({len(wrong)} of {len(pairs)} entries "
+                                      "wrong; which ones is not said).")
     if _is_kind(reference, "dict", "tuple", "list"):
         return Finding("structure", f"{where}: expected a {reference[KIND]}.")
     if _is_kind(reference, "tensor"):
