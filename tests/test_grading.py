@@ -1,11 +1,11 @@
 """The batch grader: fixture submissions graded end to end, and its parts one by one.
 
 The end-to-end batch (one run, module-scoped) starts real kernels, so it takes a
-while on a busy 2-core machine; so do the saturation test (the resource attacks
-graded idle, then again with the machine saturated on purpose) and the SIGTERM test.
-The solved notebooks are graded in ``test_grading_solved.py``, a file of its own so
-that the two pytest workers (``--dist loadfile``) share the grading.  Every other
-test here runs without a kernel.  ``AUTOGRAD_LAB_KERNEL_PYTHON`` grades with
+while on a busy 2-core machine.  The grader under stress (a saturated machine, no
+sandbox, no cgroups, SIGTERM) is in ``test_grading_under_stress.py`` and the solved
+notebooks are graded in ``test_grading_solved.py``: files of their own so that the two
+pytest workers (``--dist loadfile``) share the kernels.  Every other test here runs
+without a kernel.  ``AUTOGRAD_LAB_KERNEL_PYTHON`` grades with
 another Python (a CUDA build of torch, for example).
 """
 
@@ -14,10 +14,8 @@ import io
 import json
 import os
 import pickle
-import signal
 import subprocess
 import sys
-import time
 from argparse import Namespace
 from pathlib import Path
 
@@ -28,31 +26,20 @@ from autograd_lab import checking
 from autograd_lab.course.cli import build_parser
 from autograd_lab.grading import main as grade_main
 from autograd_lab.grading import portable, reports, scoring
-from autograd_lab.grading.batch import Options, grade_batch
+from autograd_lab.grading.batch import grade_batch
 from autograd_lab.grading.execute import defined_names
 from autograd_lab.grading.limits import Cgroups
 from autograd_lab.grading.progress import ProgressBar
 from autograd_lab.grading.submissions import UsageError, find_submissions, read_notebook, sha256
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fixtures.grading.attacks import ATTACKS, DAEMON_ONLY, MARKER, write_attacks  # noqa: E402
-from fixtures.grading.red_team import (LEAK, RED_TEAM, RESOURCE_ATTACKS, SECRET_PATH,  # noqa: E402
-                                       write_red_team)
-from fixtures.grading.submissions import EXPECTED, base_cells, write_submissions  # noqa: E402
+from fixtures.grading.attacks import MARKER, write_attacks  # noqa: E402
+from fixtures.grading.red_team import LEAK, SECRET_PATH, write_red_team  # noqa: E402
+from fixtures.grading.batch import ALL, CUBE, options, processes_with  # noqa: E402
+from fixtures.grading.submissions import write_submissions  # noqa: E402
 
-CUBE = checking.get("00.cube_grad")
 SEEDS = [*CUBE.public_seeds, *CUBE.hidden_seeds]
-KERNEL_PYTHON = os.environ.get("AUTOGRAD_LAB_KERNEL_PYTHON", sys.executable)
 SECRET = f"red-team-secret-{os.getpid()}"
-
-
-def _options(out, **changes):
-    return Options(**{"out": str(out), "jobs": 2, "cell_timeout": 10, "notebooks": ("00",),
-                      "kernel_python": KERNEL_PYTHON, **changes})
-
-
-def _grades(graded):
-    return {r["student"]: (r["score"], {g["exercise_id"]: g["status"] for g in r["exercises"]}) for r in graded}
 
 
 # --- the whole batch, once -------------------------------------------------
@@ -72,15 +59,13 @@ def batch(tmp_path_factory):
         with open(os.open(SECRET_PATH, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as file:
             file.write(SECRET)
     try:
-        graded = grade_batch([str(folder)], _options(out), stream=stderr)
+        graded = grade_batch([str(folder)], options(out), stream=stderr)
     finally:
         if secret:
             os.remove(SECRET_PATH)
     return {"reports": {r["student"]: r for r in graded}, "out": out, "paths": paths, "folder": folder,
             "hashes": hashes, "stderr": stderr.getvalue()}
 
-
-ALL = {**EXPECTED, **ATTACKS, **RED_TEAM}
 
 
 @pytest.mark.parametrize("case", sorted(ALL))
@@ -285,15 +270,7 @@ def test_launcher_limits_files_and_processes_but_not_address_space(tmp_path):
 # --- the sandbox, seen from the batch ----------------------------------------
 
 def test_nothing_an_attack_started_survives_the_batch(batch):
-    survivors = []
-    for entry in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as file:
-                if MARKER.encode() in file.read():
-                    survivors.append(entry)
-        except OSError:
-            continue
-    assert survivors == []
+    assert processes_with(MARKER) == []
 
 
 def test_no_file_of_the_grader_or_another_student_was_changed(batch):
@@ -513,129 +490,7 @@ def test_a_reference_never_crosses():
         portable.dumps((exercise.reference,))
 
 
-# --- grades that do not depend on timing ------------------------------------------
-
-SATURATED_CASES = {"correct": 3, "hostile_cells": 1}
-LOAD = r"""
-import multiprocessing, os, subprocess, sys, time
-end = time.time() + float(sys.argv[1])
-def burn():
-    while time.time() < end:
-        pass
-def churn_memory():
-    size = min(1 << 30, os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 16)
-    while time.time() < end:
-        block = bytearray(size)
-        del block
-def churn_processes():
-    while time.time() < end:
-        subprocess.run(["true"])
-workers = [multiprocessing.Process(target=burn) for _ in range(2 * os.cpu_count())]
-workers += [multiprocessing.Process(target=churn_memory), multiprocessing.Process(target=churn_processes)]
-for worker in workers:
-    worker.start()
-for worker in workers:
-    worker.join()
-"""
-
-
-def _resource_batch(folder):
-    from fixtures.grading.attacks import FORK_MEMORY
-    folder.mkdir()
-    write_red_team(folder)
-    for path in folder.iterdir():
-        if path.stem not in RESOURCE_ATTACKS:
-            path.unlink()
-    for case, copies in SATURATED_CASES.items():
-        write_submissions(folder, [case], copies=copies)
-    import nbformat
-    from nbformat.v4 import new_code_cell, new_notebook
-    nbformat.write(new_notebook(cells=base_cells() + [new_code_cell(FORK_MEMORY)]),
-                   str(folder / "attack_fork_memory.ipynb"))
-    return folder
-
-
-def test_grades_are_the_same_on_a_saturated_machine(tmp_path):
-    """#25.1: the hostile fixtures and their honest neighbours, graded idle and then with the machine saturated."""
-    folder = _resource_batch(tmp_path / "submissions")
-    idle = _grades(grade_batch([str(folder)], _options(tmp_path / "idle", progress=False)))
-    expected = {student: ALL[student if student in ALL else student.rsplit("_", 1)[0]][:2] for student in idle}
-    assert idle == expected
-    # The load: CPU burners, memory and process churn, and a second batch of the same hostile submissions.
-    seconds = 1200
-    load = subprocess.Popen([sys.executable, "-c", LOAD, str(seconds)], start_new_session=True)
-    beside = subprocess.Popen([sys.executable, "-m", "autograd_lab.course.cli", "grade", str(folder), "--out",
-                               str(tmp_path / "beside"), "--notebook", "00", "--cell-timeout", "10", "--no-progress"],
-                              start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(5)
-        assert os.getloadavg()[0] > 0 and load.poll() is None
-        busy = _grades(grade_batch([str(folder)], _options(tmp_path / "busy", progress=False)))
-    finally:
-        for process in (beside, load):
-            try:
-                os.killpg(process.pid, signal.SIGTERM if process is beside else signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        beside.wait(timeout=300)
-        load.wait(timeout=60)
-    assert busy == idle
-
-
-# --- no sandbox: still nothing survives ---------------------------------------------------
-
-def test_unsandboxed_grading_leaves_no_daemon_and_grades_hidden_checks(tmp_path):
-    import nbformat
-    from nbformat.v4 import new_code_cell, new_notebook
-    folder = tmp_path / "submissions"
-    folder.mkdir()
-    nbformat.write(new_notebook(cells=base_cells() + [new_code_cell(DAEMON_ONLY.replace("{marker}", MARKER))]),
-                   str(folder / "daemon.ipynb"))
-    graded = grade_batch([str(folder)], _options(tmp_path / "out", sandbox="none", allow_unsandboxed=True,
-                                                 progress=False))
-    report = graded[0]
-    assert report["score"] == 2 and report["problems"][0].startswith("UNSANDBOXED"), report
-    cube = {g["exercise_id"]: g for g in report["exercises"]}["00.cube_grad"]
-    assert cube["hidden_passed"] == cube["hidden_total"] == len(CUBE.hidden_seeds)
-    assert "started" in report["cells"][-1]["output"]
-    assert _processes_with(MARKER) == []
-
-
-def _processes_with(text):
-    found = []
-    for entry in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as file:
-                if text.encode() in file.read():
-                    found.append(entry)
-        except OSError:
-            continue
-    return found
-
-
-# --- a host without cgroup delegation -------------------------------------------------------
-
-def test_without_cgroups_the_limits_are_polled_and_every_report_says_so(tmp_path, monkeypatch):
-    """The fallback (a container without a cgroup file system): watchdog, RLIMIT_NPROC, and the warning."""
-    from autograd_lab.grading import sandbox
-    monkeypatch.setattr(sandbox.Cgroups, "for_this_machine", classmethod(lambda cls: cls(problem="simulated")))
-    folder = tmp_path / "submissions"
-    folder.mkdir()
-    write_red_team(folder)
-    for path in folder.iterdir():
-        if path.stem not in ("rt_thread_bomb", "rt_tmpfs_filler"):
-            path.unlink()
-    write_submissions(folder, ["correct", "hostile_cells"])
-    stderr = io.StringIO()
-    graded = grade_batch([str(folder)], _options(tmp_path / "out", progress=False), stream=stderr)
-    assert _grades(graded) == {s: ALL[s][:2] for s in ("rt_thread_bomb", "rt_tmpfs_filler", "correct", "hostile_cells")}
-    assert "limits NOT enforced by the kernel: simulated" in stderr.getvalue()
-    for report in graded:
-        assert report["problems"][0] == "LIMITS NOT ENFORCED BY THE KERNEL: simulated", report["problems"]
-        assert "NOT ENFORCED BY THE KERNEL" in report["sandbox"]
-    hostile = {r["student"]: r for r in graded}["hostile_cells"]
-    assert any("more than 2048 MiB" in p for p in hostile["problems"]), hostile["problems"]
-
+# --- the container kind, without a kernel ------------------------------------------------
 
 def test_the_container_kind_runs_kernels_as_an_unprivileged_uid_without_bwrap(tmp_path):
     from autograd_lab.grading.sandbox import SANDBOX_UID_BASE, Place, Sandbox
@@ -645,35 +500,3 @@ def test_the_container_kind_runs_kernels_as_an_unprivileged_uid_without_bwrap(tm
     assert "container sandbox" in container.describe() and "unprivileged uid" in container.describe()
     with pytest.raises(ValueError):
         Sandbox.for_this_machine(kind="none", cgroups=Cgroups(problem="x"))   # only with allow_unsandboxed
-
-
-# --- SIGTERM ------------------------------------------------------------------------------
-
-def test_sigterm_stops_the_batch_and_leaves_nothing_behind(tmp_path):
-    temporary = tmp_path / "tmp"
-    temporary.mkdir()
-    folder = tmp_path / "submissions"
-    folder.mkdir()
-    write_submissions(folder, ["correct", "infinite_loop", "partly_wrong"])
-    out = tmp_path / "out"
-    grader = subprocess.Popen([sys.executable, "-m", "autograd_lab.course.cli", "grade", str(folder), "--out", str(out),
-                               "--notebook", "00", "--jobs", "1", "--no-progress"],
-                              env={**os.environ, "TMPDIR": str(temporary)}, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 600
-    while not list(temporary.glob("autograd-lab-grade-*/*/kernel1/spec/connection.json")):
-        assert grader.poll() is None and time.monotonic() < deadline, grader.communicate()[0][-2000:]
-        time.sleep(0.5)
-    time.sleep(3)
-    grader.send_signal(signal.SIGTERM)
-    output = grader.communicate(timeout=300)[0]
-    gradebook = (out / "gradebook.csv").read_text() if (out / "gradebook.csv").exists() else ""
-    assert grader.returncode != 0 and "Terminated" in output, output + gradebook
-    # torch keeps a cache of its own there (torchinductor_<user>); nothing of ours may stay.
-    assert [p.name for p in temporary.iterdir() if p.name.startswith("autograd-lab")] == [], output
-    assert _processes_with(str(temporary)) == []
-    from autograd_lab.grading.limits import _mounts, _own_paths
-    mounts, own = _mounts(), _own_paths()
-    bases = [mounts[k] + own[k] for k in mounts if k in own]
-    assert [p for base in bases for p in Path(base).glob(f"autograd-lab-{grader.pid}-*")] == []
-    assert (out / "gradebook.csv").exists()
