@@ -80,11 +80,11 @@ register(Exercise(
     ),
     misconceptions=(
         Misconception("ddp_sums",
-                      "B says the ranks add their gradients. By default DDP divides each rank's gradient by the "
-                      "world size before the all-reduce sums them: the ranks' contributions are averaged.",
+                      "The ranks' gradients are not added: by default DDP divides each rank's gradient by the "
+                      "world size before the all-reduce sums them, so the ranks' contributions are averaged.",
                       _says("B", 2)),
         Misconception("accumulation_averages",
-                      "A says accumulation averages. `backward()` adds into `.grad`: micro-batch means that are "
+                      "Accumulation does not average: `backward()` adds into `.grad`, so micro-batch means that are "
                       "not divided add up to more than one mean.",
                       _says("A", 1)),
         Misconception("not_numbers",
@@ -92,13 +92,12 @@ register(Exercise(
                       "ratio into a number with `float(...)`.",
                       _not_numbers),
         Misconception("sum_over_rows_only",
-                      "C counts rows only: `reduction=\"sum\"` adds every element of the (rows, outputs) loss, and "
-                      "the mean divides by all of them.",
+                      "A summed loss is not counted by rows: `reduction=\"sum\"` adds every element of the (rows, "
+                      "outputs) loss, and the mean divides by all of them.",
                       _says("C", B)),
         Misconception("accumulated_sums_undivided",
-                      "C counts all K micro-batches' sums: setup C divides each micro-batch's summed loss by K "
-                      "before its `backward()`, so the K accumulated gradients together weigh as much as one "
-                      "micro-batch's sum, not K of them.",
+                      "The `/ K` applies to a summed loss too: each micro-batch's loss is divided by K before its "
+                      "`backward()`, and accumulation adds the K divided gradients.",
                       _says("C", B * OUTPUTS * K)),
     ),
     wrong_answers=(
