@@ -269,7 +269,7 @@ def test_one_notebook_and_several(autograder_zip, tmp_path):
 
     several, _ = _run(autograder_zip, tmp_path / "several", {
         "mine.ipynb": _notebook("00", {"00.cube_grad": CUBE, "00.needs_grad": NEEDS}),    # found by its cells
-        "01_dynamic_graph.ipynb": _notebook("01", {"01.saved_bytes": "saved_bytes = 12288"}),
+        "01_dynamic_graph.ipynb": _notebook("01", {"01.saved_bytes": "saved_bytes = 14336"}),
         "old_copy.ipynb": _notebook("00", {}),  # one upload, one time: the first in name order is graded
         "notes.txt": "scratch"}, on_time)
     # 00: 2 of 2; 01: 1 of its 4 points, scaled to 8 -> 2
@@ -407,7 +407,7 @@ def test_the_zip_in_a_simulated_gradescope_image(autograder_zip):
         solved.cells.insert(1, new_code_cell(HOSTILE.replace("ROOT", str(root))))
         (root / "submission" / "00_start_here.ipynb").write_text(nbformat.writes(solved))
         (root / "submission" / "01_dynamic_graph.ipynb").write_text(
-            _notebook("01", {"01.saved_bytes": "saved_bytes = 12288"}))
+            _notebook("01", {"01.saved_bytes": "saved_bytes = 14336"}))
         (root / "submission_metadata.json").write_text(json.dumps(
             _metadata("2026-11-22T10:00:00.000000-08:00", extension="2026-11-23T23:59:00.000000-08:00")))
         ran = _in_container("bash", root / "source" / "run_autograder", env=env, timeout=1500)

@@ -131,7 +131,7 @@ STUDENT = textwrap.dedent("""
         "prediction_right": check("00.needs_grad", {"w": True, "x": False, "b": True, "h": False}),
         "prediction_claims": check("00.needs_grad", {"w": True, "x": False, "b": True, "h": True}),
         "prediction_form": check("00.needs_grad", {"w": True, "x": False, "b": True}),
-        "bytes_right": check("01.saved_bytes", 12288),
+        "bytes_right": check("01.saved_bytes", 14336),
         "graph_inputs": check("01.count_nodes", lambda t: {}),
     }
     out["results"] = {k: [r.status, r.misconception, r.messages] for k, r in results.items()}
