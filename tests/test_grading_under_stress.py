@@ -1,7 +1,7 @@
 """The grader under stress: a saturated machine, no sandbox, no cgroups, and SIGTERM.
 
 Each test grades a few real submissions (the hostile ones of ``fixtures/grading``
-beside honest neighbours) under conditions a classroom machine meets: every other
+beside honest neighbours) under conditions a classroom machine meets: every
 core busy, a container without cgroup delegation, no sandbox at all, the instructor's
 Ctrl-C.  Their expected grades are the batch's in ``test_grading.py``; this file stands
 apart so that the two pytest workers (``--dist loadfile``) share the kernels.
