@@ -320,6 +320,33 @@ def _squash_set_grad_enabled(x):
     return constant + x * typed
 
 
+# Saved-tensor hooks decide what a node keeps: a pack hook that copies (`saved_tensors_hooks`, `save_on_cpu`) lets
+# the broken in-place write run without the version error (adversarial round 4, A1). Any push of default hooks
+# goes through the builtin, whatever class or alias pushed it.
+_SAVED_TENSOR_HOOKS = ("code:torch.autograd.graph:saved_tensors_hooks",
+                       "code:torch._C._autograd:_push_saved_tensors_default_hooks")
+
+
+def _squash_hooks_copy(x):
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t.clone(), lambda t: t):
+        y = torch.sigmoid(x)           # adversarial round 4 (A1): the nodes save copies, so ...
+        gate = y * x
+    y.mul_(2).sub_(1)                  # ... the same in-place write as the broken code raises nothing
+    return gate + y * x
+
+
+def _squash_hooks_pushed_directly(x):
+    push, pop = torch._C._autograd._push_saved_tensors_default_hooks, torch._C._autograd._pop_saved_tensors_default_hooks
+    push(lambda t: t.clone(), lambda t: t)     # the same, without the context manager
+    try:
+        y = torch.sigmoid(x)
+        gate = y * x
+    finally:
+        pop()
+    y.mul_(2).sub_(1)
+    return gate + y * x
+
+
 def _derivative(function, x):
     """d(function)/dx element by element (squash and its variants are elementwise), by autograd."""
     x = x.detach().clone().requires_grad_()
@@ -363,7 +390,10 @@ register(Exercise(
             # plus a derivative typed by hand added straight-through, got full marks on values and gradients.
             no_library(name="nothing hidden from autograd (no `no_grad()`, `set_grad_enabled` or `inference_mode()`: "
                             "every value is computed where autograd records)", tag="hidden_from_autograd",
-                       specs=_HIDING)),
+                       specs=_HIDING),
+            no_library(name="the in-place write fixed, not hidden (no saved-tensor hooks: a pack hook that copies "
+                            "silences the version error while the write into what a node saved stays)",
+                       tag="hidden_by_saved_tensor_hooks", specs=_SAVED_TENSOR_HOOKS)),
     hints=(
         "Read the error, or draw the graph with show_saved=True: which nodes saved the tensor that the in-place "
         "line overwrote? There are two.",
@@ -412,6 +442,10 @@ register(Exercise(
                     note="the same through .data: right values and gradient, no second derivative (the caller)"),
         WrongAnswer(_squash_set_grad_enabled, expect="error",
                     note="the same shortcut without detach() or no_grad(): set_grad_enabled (second derivative)"),
+        WrongAnswer(_squash_hooks_copy, expect="hidden_by_saved_tensor_hooks",
+                    note="adversarial round 4 (A1): the broken code kept, its saves copied by saved_tensors_hooks"),
+        WrongAnswer(_squash_hooks_pushed_directly, expect="hidden_by_saved_tensor_hooks",
+                    note="the same hooks pushed with the builtin the context manager calls"),
         WrongAnswer(_squash_by_own_function, expect="custom_function",
                     note="adversarial round 1: a custom Function with a typed derivative"),
     ),
@@ -581,6 +615,15 @@ def _sgd_forged_out_of_sight(params, lr, weight_decay):
             p.grad = None
 
 
+def _sgd_fused_kernel(params, lr, weight_decay):
+    stepped = [p for p in params if p.grad is not None]          # adversarial round 4 (A1): the kernel that
+    torch._fused_sgd_(stepped, [p.grad for p in stepped], [],     # SGD(fused=True) runs, without torch.optim code
+                      weight_decay=weight_decay, momentum=0.0, lr=lr, dampening=0.0, nesterov=False,
+                      maximize=False, is_first_step=True)
+    for p in params:
+        p.grad = None
+
+
 def _sgd_stops_requiring_grad(params, lr, weight_decay):
     with torch.no_grad():
         for p in params:
@@ -743,6 +786,8 @@ register(Exercise(
         WrongAnswer(_sgd_no_weight_decay, expect="no_weight_decay", note="the decay term forgotten"),
         WrongAnswer(_sgd_fixed_lr, expect="step_scaled", note="adversarial round 1: lr fixed at 0.1, round 1's only lr"),
         WrongAnswer(_sgd_by_optimizer, expect="used_optimizer", note="adversarial round 1 and issue 20: torch.optim.SGD"),
+        WrongAnswer(_sgd_fused_kernel, expect="used_optimizer",
+                    note="adversarial round 4 (A1): torch._fused_sgd_, the fused optimizer kernel, called directly"),
         WrongAnswer(_sgd_through_data, expect="data_write", note="the silent .data update the lab warns about"),
         WrongAnswer(_sgd_assigns_data, expect="data_write", note="p.data = ...: the same silent write, by assignment"),
         WrongAnswer(_sgd_data_then_version_bump, expect="data_write",

@@ -338,7 +338,10 @@ def no_library(*targets, name=None, tag="used_library", specs=None):
 _SAMPLER = ("code:torch.utils.data.distributed:DistributedSampler",)
 _SCALER = ("code:torch.amp.grad_scaler", "code:torch.cuda.amp.grad_scaler", "code:torch.amp.grad_scaler:GradScaler",
            "op:aten::_amp_update_scale_", "op:aten::_amp_foreach_non_finite_check_and_unscale_")
-_OPTIMIZER = ("code:torch.optim", "code:torch.optim.optimizer:Optimizer")
+# The fused kernels are what `SGD(fused=True)` / `Adam(fused=True)` run: callable as `torch._fused_sgd_` without
+# any torch.optim code (adversarial round 4, 04.sgd_step A1). `_foreach_*` ops are ordinary tensor ops: allowed.
+_OPTIMIZER = ("code:torch.optim", "code:torch.optim.optimizer:Optimizer", "op:aten::_fused_sgd_",
+              "op:aten::_fused_adam_", "op:aten::_fused_adamw_", "op:aten::_fused_adagrad_")
 
 
 def no_distributed_sampler():
@@ -369,8 +372,8 @@ def no_optimizer():
     return Method(
         name="the update written by hand (no `torch.optim`)",
         holds=lambda facts: not _ran(facts, _OPTIMIZER),
-        message=("your answer used `torch.optim` (an optimizer's `step`, or its functional form); the exercise "
-                 "asks you to write the update yourself."),
+        message=("your answer used `torch.optim` (an optimizer's `step`, its functional form, or the fused kernel "
+                 "it runs, such as `torch._fused_sgd_`); the exercise asks you to write the update yourself."),
         tag="used_optimizer", watch=_OPTIMIZER, origin=_made("no_optimizer"))
 
 
