@@ -115,9 +115,12 @@ _BEHAVIOURS = (
         Variant("2.12.0", 1, "saves only the segment input"),
     )),
     Behaviour("checkpoint_reentrant_deadline", "the warning of checkpoint called without use_reentrant", (
+        # Boundaries read from torch/utils/checkpoint.py of the released wheels: "In version 2.5" in 2.6.0, 2.7.1
+        # and 2.8.0; "Starting in PyTorch 2.9" in 2.9.0 to 2.14.0 (2.9.0, 2.9.1, 2.10.0, 2.11.0, 2.12.1, 2.14.0
+        # read; 2.11.0 also run on a GPU machine); "In a future release" in 2.15.0.
         Variant("0", "In version 2.5", "says \"In version 2.5 we will raise an exception if use_reentrant is not "
                 "passed\" (measured on 2.5.1, which does not raise)"),
-        Variant("2.13.0", "Starting in PyTorch 2.9", "says \"Starting in PyTorch 2.9, calling checkpoint without "
+        Variant("2.9.0", "Starting in PyTorch 2.9", "says \"Starting in PyTorch 2.9, calling checkpoint without "
                 "use_reentrant will raise an exception\" (measured on 2.13.0, which does not raise)"),
         Variant("2.15.0", "In a future release", "says \"In a future release, calling checkpoint without "
                 "use_reentrant will raise an exception\""),
