@@ -79,3 +79,11 @@ def test_tf32_defaults_predict_what_torch_reports_with_and_without_the_override(
 def test_tf32_forced_reads_only_the_value_1():
     assert tf32_forced({TF32_OVERRIDE: "1"}) and not tf32_forced({TF32_OVERRIDE: "true"}) and not tf32_forced({})
     assert tf32_defaults({}) == tf32_settings() or tf32_forced()
+
+
+def test_autocast_registered_reads_each_devices_rules_without_a_gpu():
+    from autograd_lab.labs.precision import autocast_registered
+    assert autocast_registered("cat", "cpu") and not autocast_registered("cat", "cuda")      # CPU's promote list
+    assert autocast_registered("softmax.int", "cuda") and not autocast_registered("softmax.int", "cpu")
+    assert autocast_registered("mm", "cpu") and autocast_registered("mm", "cuda")
+    assert not autocast_registered("add.Tensor", "cpu")                                     # no rule: no casting

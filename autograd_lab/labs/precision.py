@@ -60,6 +60,17 @@ def tf32_settings():
     return settings
 
 
+def autocast_registered(op, device_type):
+    """Whether autocast has a rule for the aten operator ``op`` (``"cat"``, ``"softmax.int"``) on ``device_type``.
+
+    Read from the dispatcher's registrations (``AutocastCPU``, ``AutocastCUDA``), which a CPU-only
+    torch holds for every device, so CUDA's lists can be inspected without a GPU.  A registered op
+    is on one of that device's lists (low precision, float32 or promote); the registration does not
+    say which, running the op under autocast does.  An op with no rule gets no casting at all.
+    """
+    return torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{op}", f"Autocast{device_type.upper()}")
+
+
 def smallest_subnormal(dtype):
     """The smallest positive value ``dtype`` can hold: ``finfo.tiny * finfo.eps`` (2^-24 for float16)."""
     info = torch.finfo(dtype)
