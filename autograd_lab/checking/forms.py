@@ -49,12 +49,16 @@ def _kind(record):
     if isinstance(record, dict) and record.get(KIND) == "tensor":
         value = record["value"]
         return f"tensor{tuple(value.shape)}:{str(value.dtype).replace('torch.', '')}"
+    if isinstance(record, dict) and record.get(KIND) == "object":
+        return f"{record.get('type', 'other')} object"       # a Fraction, a numpy scalar: named by its type
     if isinstance(record, dict) and KIND in record:
         return str(record[KIND])
     return type(record).__name__
 
 
 _SHOWN = {"bool": "True or False", "number": "a number", "text": "a string", "None": "None"}
+# A ratio measured with tensors, or kept exact as a Fraction, is the right number in another type.
+_NUMBER_ADVICE = " Give a plain `int` or `float`: `float(...)` turns a 0-d tensor or a fraction into one."
 
 
 def _described(kind):
@@ -84,6 +88,7 @@ def compare_form(student, form, where):
     for key, kind in expected.items():
         if got[key] != kind and not (kind == "number" and got[key] == "number"):
             label = where if shape == "scalar" else (f"{where}[{key!r}]" if shape == "dict" else f"{where}[{key}]")
-            return Finding("structure", f"{label}: expected {_described(kind)}.")
+            return Finding("structure", f"{label}: expected {_described(kind)}, got {_described(got[key])}."
+                                        + _NUMBER_ADVICE * (kind == "number"))
     return Finding(GRADED_LATER, "Your prediction has the expected form. It is graded when you submit: this "
                                  "build does not hold the key, so it cannot tell you whether it is right.")
