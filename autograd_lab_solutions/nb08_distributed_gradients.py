@@ -371,6 +371,27 @@ def _sync_middle(model, micro_batches):
                 (F.mse_loss(model(x), y) * share).backward()
 
 
+def _through_the_inner_module(model, micro_batches):
+    """No no_sync: the first micro-batches run through ``model.module``, so DDP never hears of them (adv-05-08-r3)."""
+    *first, last = micro_batches
+    shares = _shares(micro_batches)
+    for (x, y), share in zip(first, shares):
+        (F.mse_loss(model.module(x), y) * share).backward()
+    x, y = last
+    (F.mse_loss(model(x), y) * shares[-1]).backward()
+
+
+def _through_the_parameters(model, micro_batches):
+    """The same bypass with no module call at all: the inner module's parameters used by hand."""
+    *first, last = micro_batches
+    shares = _shares(micro_batches)
+    weight, bias = model.module.weight, model.module.bias
+    for (x, y), share in zip(first, shares):
+        (F.mse_loss(F.linear(x, weight, bias), y) * share).backward()
+    x, y = last
+    (F.mse_loss(model(x), y) * shares[-1]).backward()
+
+
 def _one_big_batch(model, micro_batches):
     x = torch.cat([x for x, _ in micro_batches])
     y = torch.cat([y for _, y in micro_batches])
@@ -407,6 +428,28 @@ def _allreduced_every_micro_batch(student, reference, args):
     return synced is not None and _k(args) > 1 and all(len(s) == _k(args) for s in synced)
 
 
+def _sync_was_off(student):
+    """Some forward or backward ran while DDP's synchronisation was off (``no_sync()`` or its flag)."""
+    return any(_counts(student, "sync_turned_off") or [])
+
+
+def _forward_outside_no_sync(student, reference, args):
+    return _allreduced_every_micro_batch(student, reference, args) and _sync_was_off(student)
+
+
+def _sync_never_off(student, reference, args):
+    return (_allreduced_every_micro_batch(student, reference, args) and not _sync_was_off(student)
+            and not _bypassed_ddp(student, reference, args))
+
+
+def _bypassed_ddp(student, reference, args):
+    """A forward of the inner module outside DDP's, or backward passes that no forward through DDP explains."""
+    outside, rows = _counts(student, "forwards_outside_ddp"), _counts(student, "forward_rows")
+    passes = _counts(student, "backward_passes")
+    return outside is not None and rows is not None and passes is not None and any(
+        o > 0 or p > len(r) for o, r, p in zip(outside, rows, passes))
+
+
 def _never_all_reduced(student, reference, args):
     synced = _counts(student, "allreduced_after_forward")
     return synced is not None and all(len(s) == 0 for s in synced) and not _ranks_agree(student)
@@ -425,7 +468,8 @@ def _allreduced_early(student, reference, args):
 
 def _fewer_forwards(student, reference, args):
     rows = _counts(student, "forward_rows")
-    return rows is not None and all(0 < len(r) < _k(args) for r in rows)
+    return (rows is not None and all(0 < len(r) < _k(args) for r in rows)
+            and not _bypassed_ddp(student, reference, args))
 
 
 def _fewer_backwards(student, reference, args):
@@ -480,18 +524,32 @@ register(Exercise(
         "one. Dividing every loss by the number of micro-batches does not do that.",
     ),
     misconceptions=(
+        Misconception("bypassed_ddp",
+                      "Some micro-batches went around DDP: their forward ran on the wrapped module itself "
+                      "(`model.module`, or its parameters by hand), which DDP never sees, so it neither "
+                      "all-reduces nor waits for their gradients. That skips DDP instead of using its method for "
+                      "this: run every forward through `model` and keep DDP from synchronising with "
+                      "`model.no_sync()`. (Going around DDP also skips what its forward does, such as sending "
+                      "rank 0's buffers to every rank.)",
+                      _bypassed_ddp),
         Misconception("forward_outside_no_sync",
                       "DDP all-reduced after every micro-batch, not once: DDP decides whether the next backward "
                       "will all-reduce when the forward runs, so each forward of a micro-batch that must not "
                       "synchronise belongs inside `no_sync()` too, not only its backward.",
-                      _allreduced_every_micro_batch),
+                      _forward_outside_no_sync),
+        Misconception("sync_never_off",
+                      "DDP all-reduced after every micro-batch, not once: no forward or backward ran with DDP's "
+                      "synchronisation turned off. The micro-batches that must not synchronise run inside "
+                      "`model.no_sync()`, their forward included.",
+                      _sync_never_off),
         Misconception("never_synced",
                       "DDP never all-reduced and the ranks ended with different gradients: with every backward "
                       "inside `no_sync()`, the replicas would drift apart at the next step.",
                       _never_all_reduced),
         Misconception("averaged_by_hand",
-                      "DDP never all-reduced: the gradients were averaged outside DDP (by `dist.all_reduce` on "
-                      "`.grad`). The exercise asks for DDP's own synchronisation, once, in the last backward.",
+                      "DDP never all-reduced, yet the ranks ended with the same gradients: they were combined "
+                      "outside DDP, by a collective of your own. The exercise asks for DDP's own synchronisation, "
+                      "once, in the last backward.",
                       _averaged_outside_ddp),
         Misconception("synced_early",
                       "DDP all-reduced once, but before the last micro-batch: that all-reduce averaged only the "
@@ -518,8 +576,11 @@ register(Exercise(
     ),
     wrong_answers=(
         WrongAnswer(_forward_outside, expect="forward_outside_no_sync"),
-        WrongAnswer(_forge_the_old_counter, expect="forward_outside_no_sync",
-                    note="no no_sync at all, and the round-1 forgery of the old count buffer"),
+        WrongAnswer(_forge_the_old_counter, expect="sync_never_off",
+                    note="no no_sync at all (adv-05-08-r3 a_every), and the round-1 forgery of the old count buffer"),
+        WrongAnswer(_through_the_inner_module, expect="bypassed_ddp",
+                    note="model.module(x) instead of no_sync (adv-05-08-r3 a_module: full marks)"),
+        WrongAnswer(_through_the_parameters, expect="bypassed_ddp", note="the inner module's parameters by hand"),
         WrongAnswer(_never_synced, expect="never_synced"),
         WrongAnswer(_averaged_by_hand, expect="averaged_by_hand"),
         WrongAnswer(_sync_first, expect="synced_early", note="issue 20: ranks disagree"),

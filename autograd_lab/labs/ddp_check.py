@@ -5,14 +5,21 @@ answer travels to one process per rank (``shipping``: by value, so a function
 written in a notebook works), each rank wraps its own copy of the model in DDP,
 calls ``answer(model, its_micro_batches)``, and reports
 
-* ``forward_rows``: the rows of each forward the model ran (through DDP or not);
+* ``forward_rows``: the rows of each forward that ran through DDP's ``forward``,
+  smallest first (the order the answer took its micro-batches in is its own choice);
+* ``forwards_outside_ddp``: forwards of the wrapped module that did not go through
+  DDP's ``forward`` (``model.module(x)``: DDP never hears of them, so its reducer
+  neither all-reduces nor waits for their gradients);
+* ``sync_turned_off``: whether any forward or backward pass ran while DDP's
+  synchronisation was off (``no_sync()``, or its flag set by hand);
 * ``backward_passes``: how many backward passes reached the parameters;
 * ``allreduced_after_forward``: for each all-reduce DDP ran, how many forwards had
-  run by then (a communication hook records it, then averages as DDP does);
+  run through DDP by then (a communication hook records it, then averages as DDP does);
 * ``grads``: each parameter's ``.grad`` at the end.
 
 Ranks that synchronised at the wrong time end with different gradients, which no
-single process can show.  Starting the processes is the check's time, not the
+single process can show.  Every correct answer leaves the same record, whatever
+order it takes the micro-batches in and wherever its ``backward`` calls sit.  Starting the processes is the check's time, not the
 answer's: ``on_ranks`` stops the check's clock (its CPU-time timer, see
 ``checking.hermetic``) while the ranks start, gives the answer the time that was
 left inside each rank, and starts the clock again with what the answer did not
@@ -21,6 +28,7 @@ use (at once, if a rank ran out).
 
 import builtins
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -38,6 +46,10 @@ START_UP_SECONDS = 120.0     # process start and DDP set-up, on a loaded machine
 ANSWER_SECONDS = 300.0       # an answer's limit inside a rank when the check set none
 
 
+RECORDED = ("forward_rows", "forwards_outside_ddp", "sync_turned_off", "backward_passes",
+            "allreduced_after_forward", "grads")
+
+
 class AnswerTimedOut(BaseException):
     """Raised inside a rank when the answer's time is up (a ``BaseException``: ``except Exception`` cannot keep it)."""
 
@@ -53,8 +65,8 @@ class AnswerOutOfTime(Exception):
 def on_ranks(answer, module, micro_batches):
     """Call ``answer(DDP(module), micro_batches[rank])`` on ``len(micro_batches)`` real ranks; what each did.
 
-    Returns ``{"forward_rows": [...], "backward_passes": [...], "allreduced_after_forward": [...],
-    "grads": [...]}``, one entry per rank.  An answer that raised on a rank raises here
+    Returns ``{"forward_rows": [...], "forwards_outside_ddp": [...], "sync_turned_off": [...],
+    "backward_passes": [...], "allreduced_after_forward": [...], "grads": [...]}``, one entry per rank.  An answer that raised on a rank raises here
     the same builtin exception type with its line; one that ran out of time is stopped
     by the check's own clock.
     """
@@ -77,7 +89,7 @@ def on_ranks(answer, module, micro_batches):
         clock.wait_for_alarm()
     _raise_answer_error(run)
     return {key: [run.results[rank][key] for rank in range(run.world_size)]
-            for key in ("forward_rows", "backward_passes", "allreduced_after_forward", "grads")}
+            for key in RECORDED}
 
 
 def _is_stub(answer):
@@ -121,12 +133,22 @@ def _exception(error_type, text):
 def _rank(rank, world_size, answer, module, micro_batches, seconds):
     """One rank: DDP over this rank's copy of ``module``, the answer on ``micro_batches[rank]``, the record."""
     function = shipping.loads(answer)
-    record = {"forward_rows": [], "backward_passes": 0, "allreduced_after_forward": []}
-    module.register_forward_pre_hook(lambda _, args: record["forward_rows"].append(_rows(args)))
-    first = next(p for p in module.parameters() if p.requires_grad)
+    record = {"forward_rows": [], "forwards_outside_ddp": 0, "sync_turned_off": False, "backward_passes": 0,
+              "allreduced_after_forward": []}
+    model = None
+
+    def note_forward(_, args):
+        if not _inside(DDP.forward.__code__):      # model.module(x): DDP's forward never ran
+            record["forwards_outside_ddp"] += 1
+            return
+        record["forward_rows"].append(_rows(args))
+        record["sync_turned_off"] |= not model.require_backward_grad_sync
 
     def count_backward(_):
         record["backward_passes"] += 1
+        record["sync_turned_off"] |= not model.require_backward_grad_sync
+    module.register_forward_pre_hook(note_forward)
+    first = next(p for p in module.parameters() if p.requires_grad)
     first.register_post_accumulate_grad_hook(count_backward)
     model = DDP(module)
     model.register_comm_hook(None, _recording_allreduce(record))
@@ -139,9 +161,18 @@ def _rank(rank, world_size, answer, module, micro_batches, seconds):
     except Exception as error:
         raise AnswerRaised(_describe(error)) from None
     record["seconds"] = time.process_time() - start   # CPU time, what the clock counts
+    record["forward_rows"].sort()
     record["grads"] = {name: None if p.grad is None else p.grad.detach().clone()
                        for name, p in model.module.named_parameters()}
     return record
+
+
+def _inside(code):
+    """True when a frame of ``code`` is on the calling thread's stack."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code is not code:
+        frame = frame.f_back
+    return frame is not None
 
 
 def _rows(args):
