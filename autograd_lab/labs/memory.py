@@ -61,7 +61,11 @@ class saved_tensors:
                 device=tensor.device.type,
                 nbytes=tensor.untyped_storage().nbytes(),
             )
-        return tensor
+        # A detached alias (same storage, same values), not the tensor itself: a saved *output* returned
+        # as is holds its own grad_fn, a reference cycle through C++ that Python's gc cannot break, so a
+        # forward measured and dropped without a backward pass would never free its activations
+        # (measured on a GPU: +0.9 GiB per measured step).  Autograd re-attaches the node on unpack.
+        return tensor.detach()
 
     @staticmethod
     def _unpack(tensor):
