@@ -81,7 +81,7 @@ def test_numbers_in_gpu_prose_come_from_a_committed_record_or_an_asserted_thresh
         assert not strays, f"{notebook.name}: GPU prose quotes {strays}, found in no committed GPU record"
 
 
-@pytest.mark.parametrize("notebook", sorted(Path("notebooks").glob("*.ipynb")), ids=lambda path: path.name[:2])
+@pytest.mark.parametrize("notebook", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda path: path.name[:2])
 def test_gpu_cells_find_measurements_through_discover(notebook):
     # MEASUREMENTS only holds what the notebook happened to import: 06's empty_cache cell raised
     # KeyError on an H100 (its module, cuda_cache, is imported by nothing else). discover() imports them all.
