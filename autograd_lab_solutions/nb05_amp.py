@@ -390,7 +390,12 @@ def _flag_sequence(seed, hidden):
     flags = (torch.rand(length, generator=generator) < 0.3).tolist()
     flags[seed % 2] = True                                  # an overflow at the first or the second step
     # each case starts in its own binades, so that no two cases share an answer
-    init_scale = 2.0 ** (8 + 4 * (seed % 3) + int(torch.randint(0, 4, (1,), generator=generator)))
+    shift = int(torch.randint(0, 4, (1,), generator=generator))
+    init_scale = 2.0 ** (8 + 4 * (seed % 3) + shift)
+    if seed % 3 == 0:
+        # one public and one hidden case start at 1.5 × 2^-shift: the first halving leaves the integers and
+        # goes below 1, where a backoff by floor division (`scale // 2`) gives 0 instead of GradScaler's half
+        init_scale = 1.5 * 2.0 ** -shift
     return (init_scale, flags, 2 + seed % 3)                 # growth_interval 2 to 4
 
 
@@ -403,6 +408,20 @@ def _no_reset(init_scale, found_inf, growth_interval):
             clean_steps += 1
             if clean_steps % growth_interval == 0:
                 scale *= 2.0
+        scales.append(scale)
+    return scales
+
+
+def _floor_division_backoff(init_scale, found_inf, growth_interval):
+    """Adversary (adv-05-08-r3, ns_int.py): the backoff written ``scale // 2``, right only on even integers."""
+    scale, clean_steps, scales = init_scale, 0, []
+    for overflow in found_inf:
+        if overflow:
+            scale, clean_steps = scale // 2, 0
+        else:
+            clean_steps += 1
+            if clean_steps == growth_interval:
+                scale, clean_steps = scale * 2.0, 0
         scales.append(scale)
     return scales
 
@@ -535,6 +554,9 @@ register(Exercise(
                       "not after every clean step.", lambda s, r, args: s != r and s == _grow_every_step(*args)),
         Misconception("off_by_one", "The scale doubles on the growth_interval-th clean step itself.",
                       lambda s, r, args: s != r and s == _growth_off_by_one(*args)),
+        Misconception("floor_division", "The backoff multiplies the scale by 0.5, and a scale need not be an "
+                      "even integer: it can be odd or below 1, where floor division (`//`) drops the fraction.",
+                      lambda s, r, args: s != r and s == _floor_division_backoff(*args)),
         Misconception("scale_before_update", "Return the scale *after* each update(): the first entry is "
                       "the scale that the second step uses, not `init_scale`.",
                       lambda s, r, args: s != r and s == _scales_before_update(*args)),
@@ -544,6 +566,8 @@ register(Exercise(
         WrongAnswer(_grow_every_step, expect="grows_every_step"),
         WrongAnswer(_growth_off_by_one, expect="off_by_one"),
         WrongAnswer(_scales_before_update, expect="scale_before_update"),
+        WrongAnswer(_floor_division_backoff, expect="floor_division",
+                    note="adversary round 4 (ns_int): public and hidden cases start at 1.5 x 2^-k"),
         WrongAnswer(lambda init_scale, found_inf, growth_interval: [init_scale] * len(found_inf),
                     expect="wrong_value"),
         WrongAnswer(_consumes_flags, expect="modified_input", note="pops the caller's flags"),

@@ -39,6 +39,13 @@ def test_next_scales_cases_vary_the_start_and_the_interval():
     assert len({init for init, _, _ in cases}) > 2 and {interval for _, _, interval in cases} == {2, 3, 4}
 
 
+def test_next_scales_public_and_hidden_cases_each_refuse_a_floor_division_backoff():
+    # adv-05-08-r3 (ns_int): `scale // 2` passed every case while no scale went below 1; check() must catch it too.
+    for seeds in ((0, 1, 2), (101, 102, 103)):
+        cases = [nb05_amp._flag_sequence(seed, hidden=seed > 100) for seed in seeds]
+        assert any(nb05_amp._floor_division_backoff(*case) != nb05_amp.next_scales(*case) for case in cases)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2, 101, 102, 103])
 def test_pick_scale_is_the_largest_power_of_two_whose_float16_product_stays_finite(seed):
     (grads,) = nb05_amp._gradient_sample(seed, hidden=seed > 100)
