@@ -310,7 +310,7 @@ def test_an_answer_checked_on_ranks_reports_what_each_rank_did():
     batches = [[(torch.randn(n, 3), torch.randn(n, 2)) for n in (3, 1)] for _ in range(2)]
     seen = on_ranks(sync_first, module, batches)
     assert seen["forward_rows"] == [[1, 3], [1, 3]] and seen["backward_passes"] == [2, 2]   # smallest first
-    assert seen["forwards_outside_ddp"] == [0, 0] and seen["sync_turned_off"] == [True, True]
+    assert seen["around_ddp"] == [0, 0] and seen["sync_turned_off"] == [True, True]
     assert seen["allreduced_after_forward"] == [[1], [1]]                # synchronised after the first forward
     assert not torch.allclose(seen["grads"][0]["weight"], seen["grads"][1]["weight"])   # the ranks disagree
 
@@ -365,4 +365,3 @@ def test_the_checks_clock_runs_for_the_answer_not_for_starting_the_ranks():
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-

@@ -7,9 +7,11 @@ calls ``answer(model, its_micro_batches)``, and reports
 
 * ``forward_rows``: the rows of each forward that ran through DDP's ``forward``,
   smallest first (the order the answer took its micro-batches in is its own choice);
-* ``forwards_outside_ddp``: forwards of the wrapped module that did not go through
-  DDP's ``forward`` (``model.module(x)``: DDP never hears of them, so its reducer
-  neither all-reduces nor waits for their gradients);
+* ``around_ddp``: the work that went around DDP: forwards of the wrapped module
+  that did not run inside DDP's ``forward`` (``model.module(x)``: DDP never hears of
+  them, so its reducer neither all-reduces nor waits for their gradients), plus the
+  backward passes that reached the parameters without flowing through an output of
+  DDP's forward (the parameters used by hand, a DDP forward run for show);
 * ``sync_turned_off``: whether any forward or backward pass ran while DDP's
   synchronisation was off (``no_sync()``, or its flag set by hand);
 * ``backward_passes``: how many backward passes reached the parameters;
@@ -46,7 +48,7 @@ START_UP_SECONDS = 120.0     # process start and DDP set-up, on a loaded machine
 ANSWER_SECONDS = 300.0       # an answer's limit inside a rank when the check set none
 
 
-RECORDED = ("forward_rows", "forwards_outside_ddp", "sync_turned_off", "backward_passes",
+RECORDED = ("forward_rows", "around_ddp", "sync_turned_off", "backward_passes",
             "allreduced_after_forward", "grads")
 
 
@@ -65,7 +67,7 @@ class AnswerOutOfTime(Exception):
 def on_ranks(answer, module, micro_batches):
     """Call ``answer(DDP(module), micro_batches[rank])`` on ``len(micro_batches)`` real ranks; what each did.
 
-    Returns ``{"forward_rows": [...], "forwards_outside_ddp": [...], "sync_turned_off": [...],
+    Returns ``{"forward_rows": [...], "around_ddp": [...], "sync_turned_off": [...],
     "backward_passes": [...], "allreduced_after_forward": [...], "grads": [...]}``, one entry per rank.  An answer that raised on a rank raises here
     the same builtin exception type with its line; one that ran out of time is stopped
     by the check's own clock.
@@ -133,21 +135,29 @@ def _exception(error_type, text):
 def _rank(rank, world_size, answer, module, micro_batches, seconds):
     """One rank: DDP over this rank's copy of ``module``, the answer on ``micro_batches[rank]``, the record."""
     function = shipping.loads(answer)
-    record = {"forward_rows": [], "forwards_outside_ddp": 0, "sync_turned_off": False, "backward_passes": 0,
+    record = {"forward_rows": [], "around_ddp": 0, "sync_turned_off": False, "backward_passes": 0,
               "allreduced_after_forward": []}
+    through_ddp = [0]          # backward passes that flowed through an output of DDP's forward
     model = None
 
     def note_forward(_, args):
         if not _inside(DDP.forward.__code__):      # model.module(x): DDP's forward never ran
-            record["forwards_outside_ddp"] += 1
+            record["around_ddp"] += 1
             return
         record["forward_rows"].append(_rows(args))
         record["sync_turned_off"] |= not model.require_backward_grad_sync
+
+    def mark_output(_, args, output):
+        outputs = output if isinstance(output, (tuple, list)) else (output,)
+        tensor = next((t for t in outputs if isinstance(t, torch.Tensor) and t.requires_grad), None)
+        if tensor is not None and _inside(DDP.forward.__code__):
+            tensor.register_hook(lambda grad: through_ddp.__setitem__(0, through_ddp[0] + 1))
 
     def count_backward(_):
         record["backward_passes"] += 1
         record["sync_turned_off"] |= not model.require_backward_grad_sync
     module.register_forward_pre_hook(note_forward)
+    module.register_forward_hook(mark_output)
     first = next(p for p in module.parameters() if p.requires_grad)
     first.register_post_accumulate_grad_hook(count_backward)
     model = DDP(module)
@@ -162,6 +172,7 @@ def _rank(rank, world_size, answer, module, micro_batches, seconds):
         raise AnswerRaised(_describe(error)) from None
     record["seconds"] = time.process_time() - start   # CPU time, what the clock counts
     record["forward_rows"].sort()
+    record["around_ddp"] += max(record["backward_passes"] - through_ddp[0], 0)
     record["grads"] = {name: None if p.grad is None else p.grad.detach().clone()
                        for name, p in model.module.named_parameters()}
     return record
