@@ -237,7 +237,7 @@ def gpu_precision_table(device, runs=5, repeat=5):
     Each mode is measured ``runs`` times (each the median of ``repeat`` steps), so
     the table gives the median step time and its spread over runs: one run cannot
     rank bf16 against fp16.  ``facts`` holds the device's compute capability, each
-    mode's speed-up over strict fp32 (weights case) and float16's peak memory over
+    mode's speed-up over strict fp32 (activations case, where the matmuls dominate) and float16's peak over
     float32's in both cases; ``gpu_expectations(facts)`` says which of them to assert.
     """
     major, minor = torch.cuda.get_device_capability(device)
@@ -258,8 +258,10 @@ def gpu_precision_table(device, runs=5, repeat=5):
         del model, x, y
         torch.cuda.empty_cache()
     facts = {"compute_capability": major + minor / 10, "tf32_forced": float(tf32_forced())}
+    # Speed is judged where the matmuls dominate the step (batch 32768): with a batch of 256 an H100 spends
+    # most of a step outside the matmuls, and float16 beat strict float32 by 1.06x in one run, 1.31x in another.
     for mode in modes[1:]:
-        facts[f"{mode}_speedup_over_strict_fp32"] = _ratio(medians, "weights dominate", "fp32", mode, 0)
+        facts[f"{mode}_speedup_over_strict_fp32"] = _ratio(medians, "activations dominate", "fp32", mode, 0)
     facts["fp16_peak_over_fp32_weights"] = _ratio(medians, "weights dominate", "fp16", "fp32", 1)
     facts["fp16_peak_over_fp32_activations"] = _ratio(medians, "activations dominate", "fp16", "fp32", 1)
     return Table(
