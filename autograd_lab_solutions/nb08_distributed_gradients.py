@@ -58,9 +58,10 @@ def _says(key, number):
 
 
 def _not_numbers(student, reference, args):
-    """Some entry is a tensor or a string: the right factor in the wrong type reads as a wrong one."""
+    """Some entry is not a plain number (a tensor, a string, None, a Fraction): the right factor in the wrong type
+    reads as a wrong one."""
     return isinstance(student, dict) and any(
-        isinstance(value, (torch.Tensor, str)) for value in student.values())
+        isinstance(value, bool) or not isinstance(value, (int, float)) for value in student.values())
 
 
 register(Exercise(
@@ -88,8 +89,8 @@ register(Exercise(
                       "not divided add up to more than one mean.",
                       _says("A", 1)),
         Misconception("not_numbers",
-                      "Answer with plain numbers (an `int` or a `float`), not tensors or strings: turn a measured "
-                      "ratio into a number with `float(...)`.",
+                      "Answer with plain numbers (an `int` or a `float`), not tensors, strings, fractions or None: "
+                      "turn a measured ratio into a number with `float(...)`.",
                       _not_numbers),
         Misconception("sum_over_rows_only",
                       "A summed loss is not counted by rows: `reduction=\"sum\"` adds every element of the (rows, "
@@ -106,6 +107,7 @@ register(Exercise(
         WrongAnswer({"A": 1.0, "B": 1, "C": 6}, expect="accumulation_averages", note="the same claim as a float"),
         WrongAnswer({"A": 4, "B": 1, "C": 3}, expect="sum_over_rows_only", note="the old, wrong key"),
         WrongAnswer({"A": "4", "B": "1", "C": "6"}, expect="not_numbers", note="strings"),
+        WrongAnswer({"A": None, "B": 1, "C": 6}, expect="not_numbers", note="an entry left None (adv-05-08-r3 forms)"),
         WrongAnswer({"A": 4, "B": 1, "C": 12}, expect="wrong_value", note="C confused with K * B"),
         WrongAnswer({"A": 4, "B": 1, "C": 24}, expect="accumulated_sums_undivided",
                     note="C without the / K: B x 2 outputs x K micro-batches (adv-05-08-r2)"),
