@@ -6,9 +6,9 @@ import torch
 import torch.nn as nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from autograd_lab.checking import Exercise, Misconception, WrongAnswer, backward_calls, claims, register
+from autograd_lab.checking import Exercise, Misconception, WrongAnswer, backward_calls, claims, no_library, register
 from autograd_lab.checking.variation import choose, generator, renamed_sequential
-from autograd_lab.labs.nonfinite import Expression
+from autograd_lab.labs.nonfinite import OUTSIDE_BACKWARD, Expression
 from autograd_lab_solutions._notebook import notebook_definitions
 
 # --- 07.diagnose ------------------------------------------------------------------
@@ -171,21 +171,41 @@ def _stale_count(model, optimizer):
     return sum(1 for group in optimizer.param_groups for p in group["params"] if id(p) not in in_model)
 
 
-def _package_only(model, optimizer):
-    # optimizer_coverage answers missing and frozen; it never looks for tensors outside the model.
+def _missing_and_frozen(model, optimizer):
+    """What the lab's ``optimizer_coverage`` answers, written out (the bank's near misses start from it)."""
+    found = coverage(model, optimizer)
+    return {"missing": found["missing"], "frozen": found["frozen"]}
+
+
+def _package_plus_stale(model, optimizer):
+    # Adversarial round 4 (v_lib): the lab's optimizer_coverage for missing and frozen, one line for stale.
     from autograd_lab.labs.grad_report import optimizer_coverage
-    return dict(optimizer_coverage(model, optimizer), stale=0)
+    return dict(optimizer_coverage(model, optimizer), stale=_stale_count(model, optimizer))
+
+
+def _package_only(model, optimizer):
+    # Missing and frozen right; it never looks for tensors outside the model.
+    return dict(_missing_and_frozen(model, optimizer), stale=0)
 
 
 def _package_without_stale(model, optimizer):
-    from autograd_lab.labs.grad_report import optimizer_coverage
-    return optimizer_coverage(model, optimizer)
+    return _missing_and_frozen(model, optimizer)
 
 
 def _stale_layers(model, optimizer):
     # Near miss: counts the replaced layers, not their tensors (1, not 2). Not "stale ignored".
-    from autograd_lab.labs.grad_report import optimizer_coverage
-    return dict(optimizer_coverage(model, optimizer), stale=_stale_count(model, optimizer) // 2)
+    return dict(_missing_and_frozen(model, optimizer), stale=_stale_count(model, optimizer) // 2)
+
+
+def _stale_by_lengths(model, optimizer):
+    # Adversarial round 4 (v_stalecount): stale as a difference of list lengths, negative when parameters are missing.
+    held = [p for group in optimizer.param_groups for p in group["params"]]
+    return dict(_missing_and_frozen(model, optimizer), stale=len(held) - len(list(model.parameters())))
+
+
+def _every_frozen(model, optimizer):
+    # Adversarial round 4 (v_frozenall): every frozen parameter, in a param group or not.
+    return dict(coverage(model, optimizer), frozen=[name for name, p in model.named_parameters() if not p.requires_grad])
 
 
 def _by_requires_grad_only(model, optimizer):
@@ -263,13 +283,23 @@ def _too_many_missing(student, reference, args):
     return _lists(student) and set(student["missing"]) > set(reference["missing"])
 
 
+def _negative_stale(student, reference, args):
+    return _lists(student) and isinstance(student["stale"], int) and student["stale"] < 0
+
+
+def _frozen_outside_groups(student, reference, args):
+    return (_lists(student) and isinstance(student["frozen"], list)
+            and set(student["frozen"]) > set(reference["frozen"]) and student["missing"] == reference["missing"])
+
+
 def _stale_ignored(student, reference, args):
     return (_lists(student) and student["missing"] == reference["missing"]
             and student["frozen"] == reference["frozen"] and student["stale"] == 0 and reference["stale"] > 0)
 
 
 def _other_order(student, reference, args):
-    return (_lists(student) and (student["missing"], student["frozen"]) != (reference["missing"], reference["frozen"])
+    return (_lists(student) and all(isinstance(student[key], list) for key in ("missing", "frozen"))
+            and (student["missing"], student["frozen"]) != (reference["missing"], reference["frozen"])
             and sorted(student["missing"]) == sorted(reference["missing"])
             and sorted(student["frozen"]) == sorted(reference["frozen"]))
 
@@ -288,6 +318,8 @@ register(Exercise(
     answer_name="coverage",
     reference=coverage,
     inputs=_coverage_inputs,
+    method=no_library("code:autograd_lab.labs.grad_report:optimizer_coverage",
+                      name="your own comparison of the param groups with the model's parameters (no optimizer_coverage)"),
     hints=(
         "The tensors an optimizer updates are listed in `optimizer.param_groups`, a list of dicts; each dict's "
         "'params' entry is a list of tensors. Every group counts.",
@@ -319,6 +351,16 @@ register(Exercise(
                       "optimizer was built). Count the tensors of the param groups that are not parameters of the "
                       "model.",
                       _stale_ignored),
+        Misconception("negative_stale",
+                      "Your 'stale' is negative: it must count tensors, the ones the param groups hold that are not "
+                      "parameters of the model. A difference of two list lengths mixes them with the parameters "
+                      "missing from the optimizer; count each held tensor that is not (by identity) a parameter.",
+                      _negative_stale),
+        Misconception("frozen_outside_groups",
+                      "Your 'frozen' list names frozen parameters that no param group holds. Those are fine (a frozen "
+                      "parameter outside the optimizer is simply not trained); report only the frozen ones that the "
+                      "optimizer holds.",
+                      _frozen_outside_groups),
         Misconception("name_order",
                       "Your lists name the right parameters in another order: list them in the order of "
                       "model.named_parameters().",
@@ -329,8 +371,12 @@ register(Exercise(
         WrongAnswer(_frozen_counted_missing, expect="too_many_missing", note="frozen counted as missing"),
         WrongAnswer(_membership_by_value, expect="error", note="`p in list` compares values: the error names it (compared_by_value)"),
         WrongAnswer(_equal_values, expect="compared_by_value", note="torch.equal: values, not identity"),
-        WrongAnswer(_package_only, expect="stale_ignored", note="optimizer_coverage, stale left at 0"),
-        WrongAnswer(_package_without_stale, expect="structure", note="optimizer_coverage alone: no 'stale'"),
+        WrongAnswer(_package_plus_stale, expect="used_library", note="the lab's optimizer_coverage plus one line "
+                    "for stale (adversarial round 4, v_lib)"),
+        WrongAnswer(_package_only, expect="stale_ignored", note="missing and frozen right, stale left at 0"),
+        WrongAnswer(_package_without_stale, expect="structure", note="missing and frozen only: no 'stale'"),
+        WrongAnswer(_stale_by_lengths, expect="negative_stale", note="stale as a difference of lengths (v_stalecount)"),
+        WrongAnswer(_every_frozen, expect="frozen_outside_groups", note="every frozen parameter (v_frozenall)"),
         WrongAnswer(_stale_layers, expect="wrong_value", note="near miss: layers counted, not tensors"),
         WrongAnswer(_sorted_names, expect="name_order"),
         WrongAnswer(_first_group_only, expect="too_many_missing", note="only param_groups[0]"),
@@ -372,6 +418,8 @@ _PUBLIC = (
     (("x_log_x", "sum"), "some zeros"),                         # the product's inf comes before log's NaN
     (("sqrt", "mean", "exp"), "some zeros"),                    # only an inf: anomaly mode names nothing
     (("scale", "tanh", "sum"), "any"),                          # finite: None
+    (("two_branches", "sum"), "some zeros"),                    # a depth-first walk's order is not the engine's,
+    (("two_branches_late", "sum"), "some zeros"),               # whichever input it takes first
 )
 _HIDDEN = (
     (("square", "log", "sum"), "zeros"),
@@ -380,6 +428,8 @@ _HIDDEN = (
     (("square", "mean", "sqrt", "exp"), "zeros"),
     (("shift", "log", "mean", "exp"), "some below -0.5"),
     (("shift", "exp", "sum"), "any"),
+    (("two_branches", "mean", "exp"), "zeros"),
+    (("two_branches_late", "mean", "exp"), "zeros"),
 )
 
 
@@ -429,6 +479,62 @@ def _nodes(out):
         seen.add(node)
         yield node
         stack.extend(child for child, _ in node.next_functions)
+
+
+def _walk(out, *, reverse):
+    """Every node once, in a depth-first topological order of the answer's own (inputs first, or last)."""
+    order, seen = [], set()
+
+    def visit(node):
+        if node is None or node in seen:
+            return
+        seen.add(node)
+        children = [child for child, _ in node.next_functions]
+        for child in (reversed(children) if reverse else children):
+            visit(child)
+        order.append(node)
+
+    visit(out.grad_fn)
+    return order[::-1]
+
+
+def _by_hand(f, x, reverse=False):
+    # Adversarial round 4 (n_walk2): the nodes called by hand in a depth-first order, then one backward for show.
+    x = _leaf(x)
+    out = f(x)
+    grads, found = {out.grad_fn: [torch.ones_like(out)]}, None
+    for node in _walk(out, reverse=reverse):
+        if found is not None or node not in grads or type(node).__name__ == "AccumulateGrad":
+            continue
+        computed = node(sum(grads[node]))
+        computed = computed if isinstance(computed, tuple) else (computed,)
+        if any(g is not None and not torch.isfinite(g).all() for g in computed):
+            found = type(node).__name__
+        for (child, _), g in zip(node.next_functions, computed):
+            if child is not None and g is not None:
+                grads.setdefault(child, []).append(g)
+    out.backward()
+    return found
+
+
+def _own_order(f, x, reverse=False):
+    # Hooks on every node record which computed a non-finite gradient; the first is picked in a walk's order.
+    x = _leaf(x)
+    out = f(x)
+    bad, order = set(), _walk(out, reverse=reverse)
+    for node in order:
+        node.register_hook(lambda grads, _, node=node: bad.add(node)
+                           if any(g is not None and not torch.isfinite(g).all() for g in grads) else None)
+    out.backward()
+    return next((type(node).__name__ for node in order if node in bad), None)
+
+
+def _own_order_reversed(f, x):
+    return _own_order(f, x, reverse=True)
+
+
+def _called_by_hand(student, reference, args, *, student_run):
+    return OUTSIDE_BACKWARD in (student_run.error or "")
 
 
 def _nan_only(f, x):
@@ -527,8 +633,8 @@ register(Exercise(
     answer_name="nan_source",
     reference=nan_source,
     inputs=_nan_source_inputs,
-    public_seeds=(0, 1, 2, 3),
-    hidden_seeds=(101, 102, 103, 104, 105, 106),
+    public_seeds=(0, 1, 2, 3, 4, 5),
+    hidden_seeds=(101, 102, 103, 104, 105, 106, 107, 108),
     method=backward_calls(1, name="one backward pass through f(x)"),
     hints=(
         "Backward runs the nodes of the graph one after another. A hook on a node (`node.register_hook`) is "
@@ -552,6 +658,18 @@ register(Exercise(
                       "You named a node that received a non-finite gradient: the node before it in backward's "
                       "order produced it. A pre-hook sees what a node receives; a hook sees what it computed.",
                       _same_as(_pre_hooks)),
+        Misconception("called_by_hand",
+                      "Your function computed the gradients itself, calling the graph's nodes by hand (or reading "
+                      "what they saved), instead of watching the backward the engine runs. The checks' functions "
+                      "let only the engine read what their graph saved. Register a hook on each node and let "
+                      "f(x).backward() call them.",
+                      _called_by_hand),
+        Misconception("own_order",
+                      "You named the first non-finite node in an order of your own, a walk of the graph. The engine "
+                      "runs the nodes in its own order, which here is not a depth-first walk's: name the node whose "
+                      "hook fired first.",
+                      lambda student, reference, args: student is not None and student != reference and any(
+                          student == variant(*_case(args)) for variant in (_own_order, _own_order_reversed))),
         Misconception("last_op",
                       "You named the node where backward starts (the output's grad_fn). Backward goes on through "
                       "the whole graph, and the gradient goes non-finite further down.",
@@ -571,6 +689,10 @@ register(Exercise(
         WrongAnswer(_known_answers, expect="backward_calls", note="the public cases' names typed, no backward"),
         WrongAnswer(_two_passes, expect="backward_calls", note="two backward passes"),
         WrongAnswer(_caller_x, expect="modified_input"),
+        WrongAnswer(_by_hand, expect="error", note="nodes called by hand in a walk's order, one backward for show "
+                    "(adversarial round 4, n_walk2): the error names it (called_by_hand)"),
+        WrongAnswer(_own_order, expect="own_order", note="hooks, but the first in a depth-first walk's order"),
+        WrongAnswer(_own_order_reversed, expect="own_order", note="the same, the walk taking inputs last first"),
         WrongAnswer(_no_leaf, expect="named_nothing", note="no leaf that requires grad; the error swallowed"),
     ),
 ))

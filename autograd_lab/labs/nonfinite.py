@@ -5,11 +5,41 @@ callable made of named steps.  Being data (a tuple of names), it pickles by valu
 notebook 07's exercise can ship such functions as public inputs in a student build,
 and a checker can rebuild one from its ``repr``.  Each step is one ordinary torch op,
 so the backward nodes are the ones a student meets in real models.
+
+What the graph saved for backward may be read only by the autograd engine, once, while
+it runs the node that saved it: a node called by hand (``node(grad)``) or a saved tensor
+read from Python (``node._saved_self``) raises ``ReadOutsideBackward``.  So an answer
+that must watch the engine's own backward cannot compute the gradients itself, node by
+node in an order of its own, and run one backward for show.
 """
 
 import re
 
 import torch
+
+
+class ReadOutsideBackward(RuntimeError):
+    """A tensor an ``Expression`` saved for backward was read outside the engine's backward, or twice."""
+
+
+OUTSIDE_BACKWARD = ("a node of f's graph ran outside the autograd engine's backward (called by hand, or its saved "
+                    "tensors read from Python): this exercise watches the backward the engine runs, with hooks")
+
+
+def _two_branches(t):
+    """``log(3 t) + 2 sqrt(exp(t) - 1)``, the two branches' ops made in turn (the engine runs them in turn too)."""
+    a = t * 3.0                       # MulBackward0, made first
+    b = torch.sqrt(t.exp() - 1.0)     # ExpBackward0, SubBackward0, SqrtBackward0: inf slope at 0
+    a = torch.log(a)                  # LogBackward0: made after SqrtBackward0, so the engine runs it first
+    b = b * 2.0                       # MulBackward0
+    return a + b
+
+
+def _two_branches_late(t):
+    """``3 sqrt(t) + 2 log(t)``: both branches' risky ops made first, their products after."""
+    a = torch.sqrt(t)                 # SqrtBackward0
+    b = torch.log(t)                  # LogBackward0: runs before SqrtBackward0
+    return a * 3.0 + b * 2.0
 
 STEPS = {
     "scale": lambda t: t * 3.0,                                          # MulBackward0
@@ -24,7 +54,25 @@ STEPS = {
     "ratio": lambda t: t / t,                                            # DivBackward0: 0/0
     "x_log_x": lambda t: t * torch.log(t),                               # MulBackward0 and LogBackward0
     "safe_sqrt": lambda t: torch.where(t > 0, torch.sqrt(t), torch.zeros_like(t)),   # WhereBackward0
+    "two_branches": _two_branches,          # the engine's order interleaves the branches: no depth-first walk's
+    "two_branches_late": _two_branches_late,
 }
+
+
+class _Saved:
+    """What the graph keeps for one saved tensor; the engine may unpack it once, while it runs a node."""
+
+    __slots__ = ("tensor", "read")
+
+    def __init__(self, tensor):
+        self.tensor, self.read = tensor, False
+
+
+def _unpack(saved):
+    if torch._C._current_autograd_node() is None or saved.read:
+        raise ReadOutsideBackward(OUTSIDE_BACKWARD)
+    saved.read = True
+    return saved.tensor
 
 
 class Expression:
@@ -37,8 +85,9 @@ class Expression:
         self.steps = tuple(steps)
 
     def __call__(self, x):
-        for step in self.steps:
-            x = STEPS[step](x)
+        with torch.autograd.graph.saved_tensors_hooks(_Saved, _unpack):
+            for step in self.steps:
+                x = STEPS[step](x)
         return x
 
     def __repr__(self):
