@@ -99,7 +99,8 @@ def _count_inputs(seed, hidden):
     a = torch.randn(3, generator=generator).requires_grad_()
     b = torch.randn(3, generator=generator).requires_grad_()
     data = torch.randn(3, generator=generator)
-    h = torch.tanh(a * data) if hidden else a * b
+    # A plain tensor (no grad) sits in every graph: its edge in next_functions is None (adv-00-04-r3 A5).
+    h = torch.tanh(a * data) if hidden else a * b * data
     for _ in range(1 + seed % 3):
         h = h * b + a
     return ((h * h + h.exp()).sum(),)
@@ -159,6 +160,31 @@ def _count_by_profiling_backward(output):
                                     if event.name.startswith(prefix)))
 
 
+def _count_by_graph_signature(output):
+    """A shortcut (round 4, A2): the grader's graph fingerprint walks the graph; the answer only counts its parts."""
+    from autograd_lab.grading.portable import graph_signature
+
+    counts = {}
+    for part in graph_signature(output.grad_fn).split(";"):
+        if part:
+            counts[part.split("(")[0]] = counts.get(part.split("(")[0], 0) + 1
+    return counts
+
+
+def _count_with_none_edges(output):
+    """A slip (round 4, A5): the walk follows the None edges of plain inputs and counts them as nodes."""
+    counts, visited, stack = {}, set(), [output.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node in visited:
+            continue
+        visited.add(node)
+        name = type(node).__name__
+        counts[name] = counts.get(name, 0) + 1
+        stack.extend(child for child, _ in getattr(node, "next_functions", ()))
+    return counts
+
+
 def _count_by_course_walker(output):
     """A shortcut nobody had tried: call the walker behind ``draw`` directly and count the nodes it found."""
     import collections
@@ -197,7 +223,9 @@ register(Exercise(
     reference=count_nodes,
     inputs=_count_inputs,
     # The walk is the skill: the course's drawing and tracing helpers walk the graph for you.
-    method=(no_library("code:autograd_lab.viz", name="your own walk of the graph", tag="used_library"),
+    # The course's walkers: the drawing and tracing helpers, and the grader's graph fingerprint (round 4, A2).
+    method=(no_library("code:autograd_lab.viz", "code:autograd_lab.grading.portable", name="your own walk of the graph",
+                       tag="used_library"),
             NO_BACKWARD_PASS),
     hints=(
         "Start from output.grad_fn and follow node.next_functions, a tuple of (node, output_nr) pairs; "
@@ -212,6 +240,10 @@ register(Exercise(
                       "tree: a tensor used several times has one node with several parents. Keep a set of "
                       "visited nodes.",
                       _overcounted),
+        Misconception("counted_none",
+                      "Your counts have a `NoneType` entry: an input that needs no gradient (a plain tensor) "
+                      "appears in `next_functions` as `(None, 0)`, an edge to nothing, not a node. Skip it.",
+                      lambda s, r, args: isinstance(s, dict) and "NoneType" in s and "NoneType" not in r),
         Misconception("missed_accumulate",
                       "The AccumulateGrad nodes are missing: every leaf that requires grad has one, and it "
                       "is a node of the graph like any other.",
@@ -223,6 +255,9 @@ register(Exercise(
         WrongAnswer(lambda output: {type(output.grad_fn).__name__: 1}, expect="structure"),
         WrongAnswer(_count_by_drawing, expect="used_library", note="draw(output).ops() does the walk"),
         WrongAnswer(_count_by_course_walker, expect="used_library", note="autograd_lab.viz.walk called directly"),
+        WrongAnswer(_count_by_graph_signature, expect="used_library",
+                    note="grading.portable.graph_signature (adv-00-04-r3 A2)"),
+        WrongAnswer(_count_with_none_edges, expect="counted_none", note="None edges counted (adv-00-04-r3 A5)"),
         WrongAnswer(_count_by_profiling_backward, expect="ran_backward",
                     note="the profiler's evaluate_function events of a backward pass (adv-00-04-r2)"),
     ),
@@ -446,17 +481,81 @@ def _complex_step(u, t, step=1e-30):
     return cmath.tanh(complex(u, step)).imag / step
 
 
-# A worked-out derivative evaluates tanh once per node (twice if the closure recomputes it); a central
-# difference needs it at two more points, a complex step needs cmath. A forward difference reusing the node's
-# value calls it as often as a recomputing closure: its error (about 1e-8) fails the exercise's tolerance, and
-# the misconception below names it. Judged on what ran; a one-line lambda, as a release carries it.
+def _textbook_twice(a):
+    """Correct (round 4, A4): the textbook formula with tanh called again at the node's own input."""
+    out = Value(math.tanh(a.data), (a,), "tanh")
+
+    def _backward():
+        a.grad += (1 - math.tanh(a.data) * math.tanh(a.data)) * out.grad
+    out._backward = _backward
+    return out
+
+
+def _textbook_factored(a):
+    """Correct (round 4, A4): (1 - tanh u)(1 + tanh u), with tanh imported by name before the check."""
+    from math import tanh as math_tanh
+
+    out = Value(math_tanh(a.data), (a,), "tanh")
+
+    def _backward():
+        a.grad += (1 - math_tanh(a.data)) * (1 + math_tanh(a.data)) * out.grad
+    out._backward = _backward
+    return out
+
+
+def _central_difference_in_budget(a):
+    """A shortcut (round 4, A3): the forward value from math.exp, the two calls of math.tanh spent on a quotient."""
+    e = math.exp(2 * a.data)
+    out = Value((e - 1) / (e + 1), (a,), "tanh")
+
+    def _backward():
+        h = 2e-6
+        a.grad += (math.tanh(a.data + h) - math.tanh(a.data - h)) / (2 * h) * out.grad
+    out._backward = _backward
+    return out
+
+
+def _complex_step_numpy(u, t, step=1e-30):
+    """A shortcut (round 4, A2): the complex step through NumPy's tanh, exact to rounding."""
+    import numpy
+
+    return float(numpy.tanh(complex(u, step)).imag / step)
+
+
+def _complex_step_torch(u, t, step=1e-30):
+    """The complex step through torch.tanh on a complex tensor."""
+    return torch.tanh(torch.tensor(complex(u, step))).imag.item() / step
+
+
+def _complex_step_mpmath(u, t, step=1e-30):
+    """The complex step through mpmath."""
+    import mpmath
+
+    return float(mpmath.tanh(mpmath.mpc(u, step)).imag / step)
+
+
+# A worked-out derivative evaluates tanh only where the node is (at its input: once for the value,
+# perhaps again in the closure, as `1 - tanh(u) * tanh(u)`); a numerical derivative evaluates it somewhere
+# else (u + h, u - h, or the complex point u + ih). Judged on the points the tanh functions of math, cmath,
+# NumPy and mpmath were called at (``facts._Points``), on complex tensors made, and, for a builtin call whose
+# point the recorder could not see, on the count (at most two per node); one line of subscripts (a release
+# carries the predicate as text).
+_TANHS = ("math:tanh", "cmath:tanh", "numpy:tanh", "mpmath:tanh")
 NO_NUMERICAL_DERIVATIVE = Method(
     name="a derivative of tanh that you work out (no numerical derivative)",
-    holds=lambda facts: {"code:cmath:tanh": 0, **facts["ran"]}["code:cmath:tanh"] == 0 and {"code:math:tanh": 0, **facts["ran"]}["code:math:tanh"] <= 2 * facts["tiny_own_backwards"],
-    watch=("code:math:tanh", "code:cmath:tanh"),
-    message=("your tanh evaluated tanh at points other than its input (or through `cmath`), which is a numerical "
-             "derivative, a difference quotient, not one you worked out. Write d tanh(u)/du as a formula and use "
-             "it in your node's `_backward`."),
+    holds=lambda facts: facts["tiny_off_input"] == 0 and facts["complex_outputs"] == 0 and facts["tiny_unseen"] <= 2 * facts["tiny_own_backwards"],
+    watch=tuple(f"args:{name}" for name in _TANHS) + ("code:math:tanh", "code:cmath:tanh"),
+    explain=lambda facts: (
+        "your tanh evaluated tanh at a point other than its node's input (such as u + h and u - h, or a complex "
+        "u + ih): that is a numerical derivative, not one you worked out." if facts["tiny_off_input"] else
+        "your tanh computed with complex tensors: a complex-step derivative is numerical." if facts["complex_outputs"]
+        else f"your tanh called tanh {facts['tiny_unseen']} times through a reference the checker could not follow "
+             f"(so it could not see where), for {facts['tiny_own_backwards']} nodes: a formula needs at most two calls "
+             "per node, a numerical derivative more. Call `math.tanh` directly, once for the value, and write the "
+             "derivative from it."),
+    message=("your tanh's derivative is numerical: it evaluated tanh at a point other than its node's input, "
+             "computed with complex numbers, or called tanh more often than a formula needs where the checker "
+             "could not see the point. Write d tanh(u)/du as a formula and use it in your node's `_backward`."),
     tag="finite_differences")
 
 
@@ -529,9 +628,16 @@ register(Exercise(
         WrongAnswer(_tanh_local_by_forward_ad, expect="used_autograd", note="forward-mode AD on torch.tanh"),
         WrongAnswer(_tanh_with_local(_central_difference), expect="finite_differences",
                     note="central difference of math.tanh (adv-00-04-r2)"),
-        WrongAnswer(_tanh_with_local(_forward_difference), expect="difference_quotient",
-                    note="forward difference reusing the node's value"),
+        WrongAnswer(_tanh_with_local(_forward_difference), expect="finite_differences",
+                    note="forward difference reusing the node's value: tanh at u + h"),
         WrongAnswer(_tanh_with_local(_complex_step), expect="finite_differences", note="complex step with cmath"),
+        WrongAnswer(_central_difference_in_budget, expect="finite_differences",
+                    note="central difference inside the old two-calls-per-node budget (adv-00-04-r3 A3)"),
+        WrongAnswer(_tanh_with_local(_complex_step_numpy), expect="finite_differences",
+                    note="complex step with numpy.tanh (adv-00-04-r3 A2)"),
+        WrongAnswer(_tanh_with_local(_complex_step_torch), expect="finite_differences",
+                    note="complex step with torch.tanh on a complex tensor"),
+        WrongAnswer(_tanh_with_local(_complex_step_mpmath), expect="finite_differences", note="complex step with mpmath"),
         WrongAnswer(_tanh_never_attached, expect="typed_formula", note="closure never attached"),
         WrongAnswer(_tanh_without_parent, expect="typed_formula", note="a node without its input"),
     ),

@@ -1,5 +1,7 @@
 """Exercises of notebook 02 (vector-Jacobian products and the scalar-loss rule)."""
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -7,6 +9,7 @@ from torch.autograd.functional import jacobian
 
 from autograd_lab.checking import (Exercise, Method, Misconception, WrongAnswer, autograd_derivative, backward_calls,
                                     no_autograd, no_jacobian, own_function, register, uses_autograd)
+from autograd_lab.checking.methods import DECOMPOSITIONS
 from autograd_lab.checking.variation import choose, generator
 from autograd_lab_solutions._mutants import mutant
 
@@ -326,28 +329,81 @@ def _mlp_backward_by_batched_differences(X, W1, b1, W2, b2, G_Z):
 
 
 WITHOUT_AUTOGRAD = no_autograd()   # no backward pass, no forward mode, no torch.func: judged on what ran
-# The chain rule recomputes the forward once (the reference runs tanh once and 4 matrix products). A numerical
-# derivative runs the network once per parameter entry (tanh and the products hundreds of times), or once on a
-# batch of perturbed copies (a tensor many times the largest argument: the broadcast outer products of a
-# chain-rule answer stay within 7 times it on every case). Judged on the aten ops that ran; one line of
-# subscripts only (a release carries the predicate as text, with no names to look up: hence no dict.get).
+# The cheap-gradient principle: a backward pass costs a few forward passes, however it is written (batched, one
+# example at a time, one hidden unit at a time), while a numerical derivative costs one forward pass per parameter
+# entry (29 to 74 here). Judged on the work the answer's ops did (``facts["work"]``: elements produced plus the
+# multiply-adds of products), against F = (N + 1)(D*H + H*C) + N(D + H + C), about one forward pass with its
+# weights: every chain-rule style measured stays under 8 F, every numerical derivative (complex step, central
+# differences with tanh and the products renamed, batched or chunked perturbations) above 60 F, the leanest
+# imaginable forward difference near 25 F. Also no complex tensor (a complex step) and no batch of perturbed
+# copies (a tensor more than 8 times the largest argument). One line of subscripts: a release carries it as text.
 CHAIN_RULE = Method(
     name="the chain rule (no numerical derivative)",
-    holds=lambda facts: {"aten::tanh": 0, **facts["ops"]}["aten::tanh"] + {"aten::exp": 0, **facts["ops"]}["aten::exp"] + {"aten::sigmoid": 0, **facts["ops"]}["aten::sigmoid"] <= 6 and {"aten::mm": 0, **facts["ops"]}["aten::mm"] + {"aten::addmm": 0, **facts["ops"]}["aten::addmm"] + {"aten::bmm": 0, **facts["ops"]}["aten::bmm"] <= 16 and facts["largest_numel"] <= 8 * facts["largest_input_numel"],
-    message=("your answer evaluated the network many times, or on a batch of perturbed copies of its parameters: "
-             "that is a numerical derivative, not the backward pass. Recompute the forward pass once and apply "
-             "the chain rule, one layer at a time, from the output down."),
-    tag="finite_differences", sizes=True)
+    holds=lambda facts: facts["complex_outputs"] == 0 and facts["largest_numel"] <= 8 * facts["largest_input_numel"] and facts["work"] <= 16 * ((facts["input_shapes"][0][0] + 1) * (facts["input_shapes"][1][0] * facts["input_shapes"][1][1] + facts["input_shapes"][3][0] * facts["input_shapes"][3][1]) + facts["input_shapes"][0][0] * (facts["input_shapes"][1][0] + facts["input_shapes"][1][1] + facts["input_shapes"][3][1])),
+    explain=lambda facts: ("your answer computed with complex tensors: a complex-step derivative is numerical."
+                           if facts["complex_outputs"] else None),
+    message=("your answer did the work of many forward passes (a backward pass by the chain rule costs a few, even "
+             "one example or one hidden unit at a time), worked on a batch of perturbed copies of its parameters, "
+             "or computed with complex numbers: that is a numerical derivative, not the backward pass. Recompute "
+             "the forward pass once and apply the chain rule, one layer at a time, from the output down."),
+    tag="finite_differences")
 # PyTorch's derivative kernels (aten ops named *_backward: tanh_backward, sigmoid_backward, convolution_backward...)
 # are the local derivatives autograd itself would run; called directly they do the exercise's one non-trivial step
-# (as aten::softplus_backward would for 02.softplus, whose own_function() refuses it the same way).
+# (as aten::softplus_backward would for 02.softplus, whose own_function() refuses it the same way). The same rules
+# written in Python (torch._decomp.decompositions.tanh_backward runs aten::mul and aten::sub) are refused by what ran.
 OWN_DERIVATIVES = Method(
-    name="local derivatives you work out yourself (no PyTorch derivative kernel)",
-    holds=lambda facts: facts["library_derivatives"] == 0,
-    message=("your answer called one of PyTorch's own derivative kernels (an `aten::*_backward` op): that is the "
-             "derivative autograd would use, not one you worked out. Write every local derivative with ordinary "
-             "tensor operations."),
+    name="local derivatives you work out yourself (no PyTorch derivative kernel or rule)",
+    holds=lambda facts: facts["library_derivatives"] == 0 and {"code:torch._decomp": 0, **facts["ran"]}["code:torch._decomp"] == 0 and {"code:torch._refs": 0, **facts["ran"]}["code:torch._refs"] == 0 and {"code:torch._prims": 0, **facts["ran"]}["code:torch._prims"] == 0,
+    watch=DECOMPOSITIONS,
+    message=("your answer called one of PyTorch's own derivative kernels (an `aten::*_backward` op) or derivative "
+             "rules written in Python (`torch._decomp`, `torch._refs`, `torch._prims`): that is the derivative "
+             "autograd would use, not one you worked out. Write every local derivative with ordinary tensor "
+             "operations."),
     tag="library_derivative")
+
+
+def _mlp_backward_by_decomposition(X, W1, b1, W2, b2, G_Z):
+    """The chain rule by hand, tanh's derivative from PyTorch's Python rule (adv-00-04-r3 A2)."""
+    import torch._decomp.decompositions as rules
+
+    H = torch.tanh(X @ W1 + b1)
+    G_A = rules.tanh_backward(G_Z @ W2.T, H)
+    return {"W1": X.T @ G_A, "b1": G_A.sum(0), "W2": H.T @ G_Z, "b2": G_Z.sum(0)}
+
+
+def _mlp_numerical(step, evaluate, perturbations):
+    """A numerical derivative of L = (G_Z * Z).sum() that renames tanh and the products (adv-00-04-r3 A3).
+
+    ``evaluate(params)`` is L; ``perturbations`` the signed steps; tanh is 1 - 2 / (e^(2a) + 1) and a product
+    a broadcast multiply and sum, so no aten::tanh or aten::mm runs.
+    """
+    def backward(X, W1, b1, W2, b2, G_Z):
+        def mm(a, b):
+            return (a[:, :, None] * b[None, :, :]).sum(1)
+
+        def loss(p):
+            H = 1 - 2 / (torch.pow(math.e, 2 * (mm(X.to(p[0].dtype), p[0]) + p[1])) + 1)
+            return ((mm(H, p[2]) + p[3]) * G_Z).sum()
+        params, grads = [W1, b1, W2, b2], {}
+        for i, name in enumerate(("W1", "b1", "W2", "b2")):
+            values = []
+            for j in range(params[i].numel()):
+                total = 0
+                for weight, delta in perturbations:
+                    moved = [p.to(delta.dtype) for p in params]
+                    bump = torch.zeros(params[i].numel(), dtype=delta.dtype)
+                    bump[j] = delta
+                    moved[i] = moved[i] + bump.view(params[i].shape)
+                    total = total + weight * evaluate(loss(moved))
+                values.append(float(total / step))
+            grads[name] = torch.tensor(values, dtype=params[i].dtype).view(params[i].shape)
+        return grads
+    return backward
+
+
+_mlp_backward_by_complex_step = _mlp_numerical(1e-30, lambda loss: loss.imag, [(1.0, torch.tensor(1e-30j))])
+_mlp_backward_by_renamed_differences = _mlp_numerical(
+    2e-5, lambda loss: loss, [(1.0, torch.tensor(1e-5, dtype=torch.float64)), (-1.0, torch.tensor(-1e-5, dtype=torch.float64))])
 
 
 register(Exercise(
@@ -389,6 +445,12 @@ register(Exercise(
         WrongAnswer(_mlp_backward_by_sigmoid_kernel, expect="library_derivative", note="aten::sigmoid_backward"),
         WrongAnswer(_mlp_backward_by_convolution_kernel, expect="library_derivative",
                     note="aten::convolution_backward for each layer's products"),
+        WrongAnswer(_mlp_backward_by_decomposition, expect="library_derivative",
+                    note="torch._decomp's tanh_backward (adv-00-04-r3 A2)"),
+        WrongAnswer(_mlp_backward_by_complex_step, expect="finite_differences",
+                    note="complex step, tanh and products renamed (adv-00-04-r3 A3)"),
+        WrongAnswer(_mlp_backward_by_renamed_differences, expect="finite_differences",
+                    note="real central differences, tanh and products renamed"),
         WrongAnswer(_mlp_without_activation_grad, expect="missing_activation_grad"),
         WrongAnswer(_mlp_activation_of_pre, expect="activation_of_preactivation"),
         WrongAnswer(_mlp_bias_mean, expect="bias_mean"),
@@ -434,6 +496,17 @@ class _softplus_by_library_kernel(Softplus):
     def backward(ctx, grad_output):
         (x,) = ctx.saved_tensors
         return torch.ops.aten.softplus_backward(grad_output, x, 1, 20)
+
+
+class _softplus_by_decomposition(Softplus):
+    """A backward that calls PyTorch's derivative rule written in Python (adv-00-04-r3, 02.mlp_backward A2)."""
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        import torch._decomp.decompositions as rules
+
+        (x,) = ctx.saved_tensors
+        return rules.softplus_backward(grad_output, x, 1, 20)
 
 
 class _softplus_by_autograd(Softplus):
@@ -482,6 +555,7 @@ register(Exercise(
         WrongAnswer(_softplus_plain_function, expect="own_function", note="a plain function, not a Function"),
         WrongAnswer(_softplus_apply_alias, expect="own_function", note="apply = staticmethod(F.softplus)"),
         WrongAnswer(_softplus_by_library_kernel, expect="own_function", note="aten::softplus_backward"),
+        WrongAnswer(_softplus_by_decomposition, expect="own_function", note="torch._decomp's softplus_backward"),
     ),
 ))
 

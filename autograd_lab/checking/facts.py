@@ -43,7 +43,15 @@ actually ran, not what the answer's names say.
   ``tiny_own_backwards``: of those, the nodes whose ``_backward`` is the answer's own
   closure (not one of the engine's own ops); ``tiny_missing_backwards``: nodes with
   parents whose ``_backward`` was still the do-nothing default (a forgotten
-  ``out._backward = _backward``).
+  ``out._backward = _backward``); ``tiny_off_input``: calls of a function named by an
+  ``args:`` spec (``args:math:tanh``) at a point that is not the number held by an input of one of
+  the answer's own nodes (a difference quotient's ``u + h``, a complex step's ``u + ih``), and
+  ``tiny_unseen``: calls of such a builtin that the profile hook counted but whose points were not
+  recorded (a reference the recorder could not replace, ``_Points``);
+* ``complex_outputs``: tensors with a complex dtype that ops produced (a complex step);
+  ``work``: the elements of all the tensors ops produced, backward included, plus the multiply-adds of
+  matrix products and convolutions (a numerical derivative's work grows with the parameters' count);
+  ``input_shapes``: the shape of each tensor argument, in order.
 
 With a method that names ``wrt:`` specs (``autograd_derivative``), the provenance ledger
 (``provenance.py``) adds ``laundered``: ``{"gradient" | "weight" | "output": n}``, derivatives
@@ -56,13 +64,16 @@ also reads ``facts["grad_phase"]``: the same facts, recorded while the checker
 backpropagated through the output.
 """
 
+import collections
 import contextlib
+import importlib
+import types
 
 import torch
 import torch.utils.data
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
-from .tape import Tape, _storage_key, _tensors
+from .tape import Tape, Watchlist, _storage_key, _tensors
 
 # A method whose watch list holds this spec asks for the write ledger (``_WriteLedger``); watching
 # it also catches the answer setting a version counter by hand, which would hide a silent write.
@@ -73,7 +84,8 @@ FACTS = ("engine_runs", "nested_engine_runs", "backward_ops", "backward_op_names
          "library_derivatives", "largest_numel", "largest_input_numel", "backward_largest", "output_from_engine", "ran", "copied",
          "instances", "escapes", "tape_intact", "answer_kind", "own_backward_ops", "own_library_derivatives",
          "silent_writes", "samplers_built", "scalers_built", "tiny_engine_runs", "tiny_backwards",
-         "tiny_own_backwards", "tiny_missing_backwards")
+         "tiny_own_backwards", "tiny_missing_backwards", "tiny_off_input", "tiny_unseen", "complex_outputs",
+         "work", "input_shapes")
 
 
 class _CountingConstructions:
@@ -165,6 +177,113 @@ class _TinyEngineRuns:
     def own(self):
         return sum(own for _, own in self._ran.values())
 
+    def inputs(self):
+        """The numbers held by the inputs (parents) of the answer's own nodes whose ``_backward`` ran."""
+        found = set()
+        for node, own in self._ran.values():
+            for parent in (getattr(node, "parents", ()) if own else ()):
+                data = getattr(parent, "data", None)
+                if isinstance(data, (int, float)):
+                    found.add(float(data))
+        return found
+
+
+class _Points:
+    """The points at which the watched functions (``args:math:tanh`` specs) were evaluated during the call.
+
+    Each function is replaced, while installed, by a recorder that calls it unchanged: in its
+    module, and where the answer holds it itself (its globals, defaults and closure cells: a
+    ``from math import tanh`` made before the check).  A reference kept elsewhere (a lambda's
+    default made at import time) is not replaced: its calls are not recorded here, but a builtin's
+    calls are still counted by the tape's profile hook, and ``unseen`` tells them apart.
+    """
+
+    MAX_CALLS, MAX_VALUES = 4096, 64      # the record stays small whatever the answer does
+
+    def __init__(self, targets, answer):
+        self.calls, self.seen = [], collections.Counter()   # [(number, ...)], "module:name" -> recorded calls
+        self._patched, self._functions = [], {}
+        for target in targets:
+            module_name, _, name = target.partition(":")
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError:
+                continue                    # not installed: the answer cannot call it either
+            function = getattr(module, name, None)
+            if function is not None:
+                self._functions[id(function)] = (target, function, module, name)
+        self._answer = answer
+
+    def _recorder(self, target, function):
+        def recorded(*args, **kwargs):
+            if len(self.calls) < self.MAX_CALLS:
+                self.calls.append(_numbers(args[0]) if args else (complex("nan"),))
+            self.seen[target] += 1
+            return function(*args, **kwargs)
+        return recorded
+
+    def __enter__(self):
+        recorders = {key: self._recorder(target, function) for key, (target, function, _, _) in self._functions.items()}
+        for key, (_, _, module, name) in self._functions.items():
+            self._replace(vars(module), name, recorders[key])
+        function = getattr(self._answer, "__func__", self._answer)
+        if recorders and isinstance(function, types.FunctionType):
+            for name, value in list(function.__globals__.items()):
+                if id(value) in recorders and value is self._functions[id(value)][1]:
+                    self._replace(function.__globals__, name, recorders[id(value)])
+            for cell in function.__closure__ or ():
+                value = _cell_value(cell)
+                if id(value) in recorders and value is self._functions[id(value)][1]:
+                    self._patched.append((cell, "cell_contents", value, True))
+                    cell.cell_contents = recorders[id(value)]
+            if function.__defaults__ and any(id(v) in recorders for v in function.__defaults__):
+                self._patched.append((function, "__defaults__", function.__defaults__, True))
+                function.__defaults__ = tuple(recorders.get(id(v), v) if v is self._functions.get(id(v), (0, None))[1]
+                                              else v for v in function.__defaults__)
+        return self
+
+    def _replace(self, namespace, name, recorder):
+        self._patched.append((namespace, name, namespace[name], False))
+        namespace[name] = recorder
+
+    def __exit__(self, *exc_info):
+        for owner, name, value, attribute in reversed(self._patched):
+            if attribute:
+                setattr(owner, name, value)
+            else:
+                owner[name] = value
+        self._patched = []
+        return False
+
+    def off(self, inputs):
+        """Recorded calls at a point that is not one of ``inputs`` (a real number equal to one of them)."""
+        return sum(1 for numbers in self.calls if not all(n.imag == 0 and n.real in inputs for n in numbers))
+
+
+def _cell_value(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:                      # an empty cell
+        return None
+
+
+def _numbers(value):
+    """The numbers ``value`` holds, as Python complex numbers (NaN for what is not a number)."""
+    try:
+        if hasattr(value, "tolist") and not isinstance(value, (int, float, complex)):
+            value = value.tolist()
+        flat = list(value) if isinstance(value, (list, tuple)) else [value]
+        numbers = []
+        while flat and len(numbers) < _Points.MAX_VALUES:
+            item = flat.pop()
+            if isinstance(item, (list, tuple)):
+                flat += list(item)
+            else:
+                numbers.append(complex(item))
+        return tuple(numbers) or (complex("nan"),)
+    except (TypeError, ValueError, OverflowError):
+        return (complex("nan"),)
+
 
 class Watch:
     """The facts of one call; filled in when the ``watch`` block ends.
@@ -195,13 +314,14 @@ def watch(tensors, *, watchlist=(), answer=None, sizes=True):
     samplers = _CountingConstructions(torch.utils.data.DistributedSampler)
     scalers = _CountingConstructions(torch.amp.GradScaler)
     tiny = _TinyEngineRuns()
+    points = _Points(Watchlist.of(watchlist).points, answer)
     # the profile hook only for bans (a ``wrt:`` spec asks for the provenance ledger, not for it)
     tape = Tape(watchlist, own=function_class, profile=any(not s.startswith("wrt:") for s in watchlist),
                 arguments=list(tensors))
     ledger = _WriteLedger(tensors) if WRITES_SPEC in watchlist else None
     try:
         # The ledger's mode goes on first: its entering and leaving happen outside the tape's profile hook.
-        with samplers, scalers, tiny, (ledger if ledger is not None else contextlib.nullcontext()), tape:
+        with samplers, scalers, tiny, points, (ledger if ledger is not None else contextlib.nullcontext()), tape:
             yield result
     finally:
         # With the ledger, its record replaces the counters' before and after: a dispatch mode
@@ -220,7 +340,11 @@ def watch(tensors, *, watchlist=(), answer=None, sizes=True):
                             silent_writes=len(silent),
                             samplers_built=samplers.built, scalers_built=scalers.built,
                             tiny_engine_runs=tiny.runs, tiny_backwards=tiny.backwards(),
-                            tiny_own_backwards=tiny.own(), tiny_missing_backwards=len(tiny._missing))
+                            tiny_own_backwards=tiny.own(), tiny_missing_backwards=len(tiny._missing),
+                            tiny_off_input=points.off(tiny.inputs()),
+                            tiny_unseen=sum(max(0, facts["ran"].get(f"code:{target}", 0) - points.seen[target])
+                                            for target in Watchlist.of(watchlist).points),
+                            input_shapes=[list(t.shape) for t in tensors])
 
 
 def _discount(ran, specs, calls):

@@ -108,6 +108,9 @@ def _shown(spec):
 # --- autograd: required, counted, or forbidden -------------------------------------------
 
 _TORCH_FUNC = ("code:torch._functorch", "code:torch.func")
+# PyTorch's derivative rules written in Python (``torch._decomp.decompositions.tanh_backward``, ``torch._refs``,
+# ``torch._prims``): the same local derivatives as the ``aten::*_backward`` kernels, run as ordinary ops.
+DECOMPOSITIONS = ("code:torch._decomp", "code:torch._prims", "code:torch._refs")
 _FUNCTIONAL = ("code:torch.autograd.functional",)
 
 
@@ -285,13 +288,15 @@ def own_function():
 
     Fails an answer that is not a ``Function`` (``Softplus = F.softplus``), whose backward
     never ran, or whose forward or backward calls autograd or one of PyTorch's derivative
-    kernels (``aten::*_backward``) instead of computing the derivative.
+    kernels (``aten::*_backward``) or Python derivative rules (``DECOMPOSITIONS``) instead of
+    computing the derivative.
     """
     def holds(facts):
         grad = facts.get("grad_phase") or {}
         return (facts.get("answer_kind") == "autograd.Function" and grad.get("own_backward_ops", 0) > 0
                 and facts["engine_runs"] == 0 and grad.get("nested_engine_runs", 0) == 0
-                and grad.get("own_library_derivatives", 0) == 0 and facts.get("library_derivatives", 0) == 0)
+                and grad.get("own_library_derivatives", 0) == 0 and facts.get("library_derivatives", 0) == 0
+                and not _ran(facts, DECOMPOSITIONS) and not _ran(grad, DECOMPOSITIONS))
 
     def explain(facts):
         grad = facts.get("grad_phase") or {}
@@ -305,13 +310,16 @@ def own_function():
         if grad.get("own_library_derivatives", 0) or facts.get("library_derivatives", 0):
             return ("your Function calls one of PyTorch's own derivative kernels (an `aten::*_backward` op); "
                     "`backward` must compute the derivative with ordinary tensor operations.")
+        if _ran(facts, DECOMPOSITIONS) or _ran(grad, DECOMPOSITIONS):
+            return ("your Function calls PyTorch's own derivative rules written in Python (`torch._decomp`, "
+                    "`torch._refs` or `torch._prims`); `backward` must compute the derivative itself.")
         if not grad.get("own_backward_ops", 0):
             return "your Function's `backward` did not run when the checker backpropagated through its output."
         return None
 
     return Method(
         name="a custom `torch.autograd.Function` with its own backward",
-        holds=holds, explain=explain, grad_phase=True,
+        holds=holds, explain=explain, grad_phase=True, watch=DECOMPOSITIONS,
         message="your answer's gradient does not come from a `backward` you wrote.",
         tag="own_function", origin=_made("own_function"))
 

@@ -127,12 +127,14 @@ def _grad_phase(record, exercise, answer, output, args, seed):
     if not _needs_grad_phase(exercise):
         return _input_grads(output, args, seed)
     own = answer if isinstance(answer, type) and issubclass(answer, torch.autograd.Function) else None
-    with Tape((), own=own) as tape:
+    # The method's code specs are watched here too: a backward may call what the method bans (``torch._decomp``).
+    specs = tuple(spec for spec in watch_specs(exercise.method) if spec.startswith(("code:", "op:")))
+    with Tape(specs, own=own) as tape:
         grads = _input_grads(output, args, seed)
     record["facts"]["grad_phase"] = {key: value for key, value in tape.facts().items()
                                      if key in ("engine_runs", "nested_engine_runs", "backward_ops",
                                                 "own_backward_ops", "own_library_derivatives", "library_derivatives",
-                                                "escapes", "tape_intact")}
+                                                "escapes", "tape_intact", "ran")}
     return grads
 
 

@@ -6,8 +6,9 @@ Three recorders, each seeing what the others cannot:
   alias, a copy of a function, ``torch.ops.aten...`` or a private kernel all dispatch
   the same op); ``torch._C._current_autograd_node()`` tells which ran inside the
   autograd engine's backward, and of which node; it follows where the engine's
-  results went (a tensor computed from one is an *engine product*) and the largest
-  tensor any op produced;
+  results went (a tensor computed from one is an *engine product*), the largest
+  tensor any op produced, the *work* done (elements produced, plus the multiply-adds of
+  matrix products and convolutions) and how many complex tensors ops produced (a complex step);
 * a stand-in for the engine object that ``Tensor.backward``, ``torch.autograd.backward``
   and ``torch.autograd.grad`` call (and ``torch.func``'s ``grad``, ``vjp`` and ``jacrev``,
   which are built on them) counts backward passes and the passes started inside one;
@@ -29,7 +30,8 @@ A *watch spec* is plain text, so that it travels in a student build:
 ``"op:aten::softplus_backward"`` (an aten op), ``"code:torch.optim"`` (every function
 and method defined in a package), ``"code:torch.amp.grad_scaler:GradScaler"`` (a class:
 all its methods), ``"code:torch.utils.checkpoint:checkpoint"`` (one function, or a
-nested one by its qualified name), ``"code:torch._C:_enter_dual_level"`` (a builtin).
+nested one by its qualified name), ``"code:torch._C:_enter_dual_level"`` (a builtin); ``"args:math:tanh"`` asks for the points a
+function was evaluated at (``facts._Points``), not a count.
 """
 
 import collections
@@ -98,6 +100,7 @@ class Watchlist:
         self.classes = {}       # class -> spec
         self.ops = {}           # "aten::name" -> spec
         self.wrt = ()           # "wrt:0": the flat tensor arguments whose derivative must come from autograd
+        self.points = ()        # "args:math:tanh": functions whose arguments are recorded (``facts._Points``)
         self._keep = []         # the watched objects stay alive, so their ids stay theirs
         for spec in self.specs:
             self._add(spec)
@@ -116,6 +119,9 @@ class Watchlist:
             return
         if kind == "op":
             self.ops[target] = spec
+            return
+        if kind == "args":      # not counted: the points it is evaluated at are recorded (``facts._Points``)
+            self.points = tuple(sorted(set(self.points) | {target}))
             return
         if kind != "code":
             raise ValueError(f"unknown watch spec {spec!r}: it starts with 'op:' or 'code:'")
@@ -186,6 +192,8 @@ def _code_objects(thing):
         roots = []
         for value in vars(thing).values():
             value = getattr(value, "__func__", value)                 # staticmethod, classmethod
+            if getattr(value, "__module__", thing.__module__) != thing.__module__:
+                continue        # put there from elsewhere (an Enum's __new__ is enum.py's, run by every Enum)
             if isinstance(value, property):
                 roots += [f.__code__ for f in (value.fget, value.fset, value.fdel) if isinstance(f, types.FunctionType)]
             elif isinstance(value, types.FunctionType):
@@ -243,13 +251,37 @@ class _Ops(TorchDispatchMode):
         spec = tape.watchlist.ops.get(name)
         if spec is not None:
             tape.ran[spec] += 1
+        contracted = _CONTRACTIONS.get(name)
+        if contracted is not None and outputs:
+            tape.work += outputs[0].numel() * _contracted(contracted, args)
         if name.endswith("_backward") and not name.startswith("aten::_amp"):
             tape.library_derivatives += 1
         for tensor in outputs:
             tape.largest = max(tape.largest, tensor.numel())
+            tape.complex_outputs += tensor.is_complex()
+            tape.work += tensor.numel()
             if node is not None:
                 tape.run_largest = max(tape.run_largest, tensor.numel())
         return out
+
+
+# Ops that contract a dimension: each output element costs that dimension's length in multiply-adds
+# (``work``). ``(argument, dimension)`` of the contracted length; a convolution's is its weight's numel per output
+# channel.
+_CONTRACTIONS = {"aten::mm": (0, -1), "aten::addmm": (1, -1), "aten::bmm": (0, -1), "aten::baddbmm": (1, -1),
+                 "aten::mv": (0, -1), "aten::addmv": (1, -1), "aten::dot": (0, -1), "aten::vdot": (0, -1),
+                 "aten::convolution": (1, None), "aten::_convolution": (1, None)}
+
+
+def _contracted(where, args):
+    index, dim = where
+    try:
+        tensor = args[index]
+        if dim is None:
+            return max(1, tensor.numel() // max(1, tensor.shape[0]))
+        return max(1, tensor.shape[dim])
+    except (IndexError, AttributeError, TypeError, RuntimeError):
+        return 1
 
 
 class _DualTensors(TorchFunctionMode):
@@ -370,7 +402,7 @@ class Tape:
         self.ran, self.copied = collections.Counter(), collections.Counter()
         self.engine_runs = self.nested_engine_runs = self.engine_depth = 0
         self.own_backward_ops = self.own_library_derivatives = self.library_derivatives = self.largest = 0
-        self.dual_levels = 0
+        self.dual_levels = self.complex_outputs = self.work = 0
         self.run_largest, self.run_sizes = 0, []    # per backward pass: the most elements of a tensor it produced
         self.escapes, self.switched_off = [], []
         self.tainted, self._names = {}, {}
@@ -540,6 +572,8 @@ class Tape:
             "own_backward_ops": self.own_backward_ops,
             "own_library_derivatives": self.own_library_derivatives,
             "largest_numel": self.largest,
+            "complex_outputs": self.complex_outputs,
+            "work": self.work,
             "backward_largest": list(self.run_sizes),
             "ran": {spec: self.ran[spec] for spec in self.watchlist.specs if self.ran[spec]},
             "copied": dict(self.copied),

@@ -1,0 +1,80 @@
+"""Notebook 01's exercises: correct answers that a rule once refused pass, public and hidden (adversarial round 4)."""
+
+import math
+import types
+
+import pytest
+
+from autograd_lab.checking import all_exercises, judge, observe
+from autograd_lab.labs.tiny_engine import Value
+from autograd_lab_solutions import nb01_dynamic_graph as nb01
+
+TIMEOUT = 60.0
+
+
+def _exercise(exercise_id):
+    return next(e for e in all_exercises() if e.id == exercise_id)
+
+
+def _graded(exercise, answer):
+    """The grader's verdict (public and hidden seeds) and check()'s (public seeds), judged alike."""
+    seeds = exercise.public_seeds + exercise.hidden_seeds
+    student = {seed: observe(exercise, answer, seed, timeout=TIMEOUT) for seed in seeds}
+    reference = {seed: observe(exercise, exercise.reference, seed, timeout=TIMEOUT) for seed in seeds}
+    public = exercise.public_seeds
+    return (judge(exercise, student, reference),
+            judge(exercise, {s: student[s] for s in public}, {s: reference[s] for s in public}))
+
+
+def _notebook_answer(source):
+    """An answer defined as a notebook cell defines it: in a namespace of its own, after its imports ran."""
+    namespace = {"Value": Value}
+    exec(compile(source, "<cell>", "exec"), namespace)
+    return namespace["tiny_tanh"]
+
+
+_FROM_IMPORT = '''
+from math import tanh
+def tiny_tanh(a):
+    out = Value(tanh(a.data), (a,), "tanh")
+    def _backward():
+        a.grad += (1 - tanh(a.data)) * (1 + tanh(a.data)) * out.grad
+    out._backward = _backward
+    return out
+'''
+
+
+@pytest.mark.parametrize("answer", [nb01._textbook_twice, nb01._textbook_factored, _notebook_answer(_FROM_IMPORT)],
+                         ids=["tanh_times_tanh", "factored", "from_math_import_tanh"])
+def test_tiny_tanh_accepts_tanh_called_again_at_the_nodes_own_input(answer):
+    """adv-00-04-r3 A4: three math.tanh calls per node, all at the node's input, are the textbook formula."""
+    full, public = _graded(_exercise("01.tiny_tanh"), answer)
+    assert full.status == "passed" and public.status == "passed", (full, public)
+
+
+def test_tiny_tanh_judges_the_count_only_where_it_cannot_see_the_point():
+    """A tanh the recorder cannot replace (held in an object made before the check) falls back to the count."""
+    held = types.SimpleNamespace(tanh=math.tanh)
+
+    def twice(a):                       # forward and one call in the closure: within two per node
+        out = Value(held.tanh(a.data), (a,), "tanh")
+
+        def _backward():
+            a.grad += (1 - held.tanh(a.data) ** 2) * out.grad
+        out._backward = _backward
+        return out
+
+    def quotient(a):                    # a central difference through the held reference: more than two per node
+        out = Value(held.tanh(a.data), (a,), "tanh")
+
+        def _backward():
+            a.grad += (held.tanh(a.data + 1e-6) - held.tanh(a.data - 1e-6)) / 2e-6 * out.grad
+        out._backward = _backward
+        return out
+
+    exercise = _exercise("01.tiny_tanh")
+    assert _graded(exercise, twice)[0].status == "passed"
+    full, public = _graded(exercise, quotient)
+    assert (full.misconception, public.misconception) == ("finite_differences", "finite_differences")
+    said = " ".join(public.messages)
+    assert "could not see where" in said and "evaluated tanh at a point" not in said   # a count cannot say where
