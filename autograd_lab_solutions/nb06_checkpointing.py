@@ -4,6 +4,7 @@ import torch
 import torch.nn as nn
 
 from autograd_lab.checking import Exercise, Misconception, WrongAnswer, checkpoint_used, register
+from autograd_lab.labs import saved_check
 
 
 # --- 06.best_segments ------------------------------------------------------------------
@@ -256,6 +257,74 @@ def _sequential_shortcut(model, x):
     return loss, activations_kept(saved)
 
 
+def _forshow_under_own_hooks(model, x):
+    """Adversarial round 4 (c06_forshow): checkpoints for show beside an ordinary forward, all under the answer's
+    own identity hooks (which hide every save from the check's hooks above them), and a typed count."""
+    from torch.utils.checkpoint import checkpoint
+
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+        h = x
+        for block in model:
+            shown = checkpoint(block, h, use_reentrant=False)
+            h = block(h) + 0 * shown.sum()      # the checkpoint stays in the graph and is recomputed, for nothing
+        loss = h.pow(2).mean()
+    loss.backward()
+    return loss, len(model) + 1
+
+
+def _forshow_measured(model, x):
+    """The same forward for show, measured for real with the course's measurement around the checkpoints only."""
+    from torch.utils.checkpoint import checkpoint
+
+    from autograd_lab.labs.memory import saved_tensors
+    from autograd_lab.labs.recompute import activations_kept
+
+    with saved_tensors(exclude=model.parameters()) as saved:
+        h = x
+        for block in model:
+            shown = checkpoint(block, h, use_reentrant=False)
+            with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+                plain = block(h)                 # its saves go to these hooks, not to the measurement
+            h = plain + 0 * shown
+        loss = h.pow(2).mean()
+    loss.backward()
+    return loss, activations_kept(saved)
+
+
+def _measured_count_typed(model, x):
+    """Adversarial round 4 (c06_typed): the real step inside the course's measurement, the count typed beside it."""
+    from torch.utils.checkpoint import checkpoint
+
+    from autograd_lab.labs.memory import saved_tensors
+
+    with saved_tensors(exclude=model.parameters()):
+        h = x
+        for block in model:
+            h = checkpoint(block, h, use_reentrant=False)
+        loss = h.pow(2).mean()
+    loss.backward()
+    return loss, len(model) + 1
+
+
+def _own_hooks_count_typed(model, x):
+    """Adversarial round 4 (c06_ownhooks): real checkpoints under the answer's own identity hooks, a typed count."""
+    from torch.utils.checkpoint import checkpoint
+
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+        h = x
+        for block in model:
+            h = checkpoint(block, h, use_reentrant=False)
+        loss = h.pow(2).mean()
+    loss.backward()
+    return loss, len(model) + 1
+
+
+def _loss_outside_plus_one(model, x):
+    """Adversarial round 4 (c06_half): the loss after the measurement, and its save added by hand."""
+    loss, count = _mistaken_step(model, x, loss_inside=False)
+    return loss, count + 1
+
+
 def _blocks_in(parameters):
     """Blocks in the model, from its decoded parameters ({"0.0.weight": ..., "0.2.weight": ...})."""
     return sum(name.endswith(".0.weight") for name in parameters)
@@ -265,11 +334,16 @@ def _saved_count(student):
     return student[1] if isinstance(student, (tuple, list)) and len(student) == 3 else None
 
 
-def _unmeasured(student):
-    """How many saved tensors the answer's own measurement missed (``saved_check``), or 0."""
+def _seen(student, what, default=0):
+    """What ``labs/saved_check.py`` saw of the step (the output's last item), or ``default``."""
     if isinstance(student, (tuple, list)) and len(student) == 3 and isinstance(student[2], dict):
-        return student[2].get("saved outside your measurement", 0)
-    return 0
+        return student[2].get(what, default)
+    return default
+
+
+def _unmeasured(student):
+    """How many saved tensors the answer's own measurement missed, when they were not only saved after it."""
+    return _seen(student, saved_check.OUTSIDE) - _seen(student, saved_check.AFTER)
 
 
 register(Exercise(
@@ -297,8 +371,22 @@ register(Exercise(
     ),
     misconceptions=(
         Misconception("loss_outside", "Your count leaves out the tensor the loss saves: `pow(2)` saves the "
-                      "model's output for its backward. Compute the loss inside the `saved_tensors` block too.",
-                      lambda s, r, args: _saved_count(s) == _blocks_in(args[0])),
+                      "model's output for its backward. Compute the loss inside the `saved_tensors` block too "
+                      "(and count it there, rather than adding it by hand).",
+                      lambda s, r, args: (_saved_count(s) == _blocks_in(args[0])
+                                          or _seen(s, saved_check.AFTER) > 0)),
+        Misconception("not_checkpointed_for_real", "Your step kept activations from inside the blocks until the "
+                      "backward pass: the loss came through blocks run without a checkpoint. An ordinary "
+                      "`block(h)` saves every activation its layers need, whatever a checkpoint computes beside it "
+                      "(or whichever hooks it runs under). Pass each block's checkpointed output on to the next "
+                      "block and to the loss, and nothing else.",
+                      lambda s, r, args: _seen(s, saved_check.KEPT_INSIDE_BLOCKS) > 0),
+        Misconception("count_not_read", "Your count was not read from a `saved_tensors` measurement of your step: "
+                      "return what `activations_kept(saved)` counts for the `saved_tensors(exclude=model."
+                      "parameters())` block around your forward pass and loss, not a number worked out by hand "
+                      "(nor one measured with hooks of your own, which hide the saves from the course's).",
+                      lambda s, r, args: (_seen(s, saved_check.FROM_MEASUREMENT, True) is False
+                                          and _unmeasured(s) <= 0 and _seen(s, saved_check.AFTER) == 0)),
         Misconception("count_not_measured", "Your count was not measured: tensors your step saved for backward "
                       "reached the check's own saved-tensor hooks, so no measurement of yours saw them. The count must be measured: the "
                       "forward pass and the loss go inside a `saved_tensors` measurement that leaves out the "
@@ -307,6 +395,17 @@ register(Exercise(
                       lambda s, r, args: _unmeasured(s) > 0),
     ),
     wrong_answers=(
+        WrongAnswer(_forshow_under_own_hooks, expect="not_checkpointed_for_real",
+                    note="adversarial round 4 (c06_forshow): checkpoints for show beside an ordinary forward, own "
+                         "identity hooks, typed count (was full marks)"),
+        WrongAnswer(_forshow_measured, expect="not_checkpointed_for_real",
+                    note="the same forward for show, with the course's measurement around the checkpoints only"),
+        WrongAnswer(_measured_count_typed, expect="count_not_read",
+                    note="adversarial round 4 (c06_typed): the real measured step, the count typed beside it"),
+        WrongAnswer(_own_hooks_count_typed, expect="count_not_read",
+                    note="adversarial round 4 (c06_ownhooks): own identity hooks instead of the measurement, typed"),
+        WrongAnswer(_loss_outside_plus_one, expect="loss_outside",
+                    note="adversarial round 4 (c06_half): the loss outside the measurement, its save added by hand"),
         WrongAnswer(_checkpointed_typed_count, expect="count_not_measured",
                     note="every block checkpointed, the count typed as len(model) + 1 (adv-05-08-r2)"),
         WrongAnswer(_typed_count, expect="checkpoint", note="no checkpoint, the count typed as len(model) + 1"),

@@ -1,36 +1,195 @@
-"""Call a training-step answer and see which of its saved tensors its own measurement missed (06.checkpointed_step).
+"""Call a training-step answer and see how it measured, checkpointed and counted (06.checkpointed_step).
 
-The exercise asks for a count *measured* with saved-tensor hooks (``saved_tensors`` and
-``activations_kept``).  The value alone cannot tell a measured count from a typed one,
-so the check calls the answer through ``step_with_unmeasured_saves``: it runs the answer
-under saved-tensor hooks of its own, outermost.  Hooks form a stack and only the innermost
-sees a save, so a tensor that reaches these hooks was saved outside every measurement the
-answer made.  A step whose forward pass and loss ran inside its measurement sends none
-here (a non-reentrant checkpoint's recomputation in backward saves under the checkpoint's
-own hooks); a typed count sends them all.  Any measuring hooks pass, not only the course's.
+The exercise asks for a count *measured* with the course's ``saved_tensors`` and
+``activations_kept``, of a step whose blocks are checkpointed.  The value alone cannot tell a
+measured count from a typed one, nor a checkpoint that carries the loss from one computed
+for show beside an ordinary forward pass, so the check calls the answer through
+``step_with_unmeasured_saves``, which adds what it saw to the answer's output:
+
+* saved-tensor hooks of its own, outermost: hooks form a stack and only the innermost sees a
+  save, so a tensor that reaches them was saved outside every measurement the answer made
+  (and, when every ``saved_tensors`` measurement had ended, after it: the loss left out);
+* the ``saved_tensors`` measurements the step opened, and which of them it read: the
+  returned count must be what one of them counted (``activations_kept``, ``count`` or
+  ``saves``), read from it, not a number typed beside it (or beside the answer's own
+  identity hooks, which hide every save from the hooks above);
+* the activations made inside the model's blocks during the forward pass that were still
+  alive when the backward began: a checkpoint keeps none of them (it keeps only its input
+  and recomputes the rest), while an ordinary ``block(h)`` keeps every one that a node saved,
+  whichever hooks it ran under.  This is the memory checkpointing exists to save.
 """
+
+import sys
+import weakref
+from contextlib import contextmanager
 
 import torch
 
+from autograd_lab.labs.memory import saved_tensors
+
+OUTSIDE = "saved outside your measurement"
+AFTER = "saved after your measurement ended"
+KEPT_INSIDE_BLOCKS = "block activations kept until backward"
+FROM_MEASUREMENT = "count read from your saved_tensors measurement"
+
+
+class BlocksRanWithoutGrad(RuntimeError):
+    """The step raised, and its blocks had run with grad mode off in the forward pass (a reentrant checkpoint)."""
+
 
 def step_with_unmeasured_saves(answer, model, x):
-    """``answer(model, x)``, and after what it returned, how many tensors it saved outside its own measurement.
+    """``answer(model, x)``, and after what it returned, a dict of what the check saw (the module's docstring).
 
-    Returns ``(*result, {"saved outside your measurement": n})``: ``n`` is the number of
-    data-holding tensors (parameters left out) saved for backward that reached the checker's
-    hooks, 0 for a step measured whole.
+    Returns ``(*result, {OUTSIDE: n, AFTER: m, KEPT_INSIDE_BLOCKS: k, FROM_MEASUREMENT: bool})``;
+    the reference's is ``{0, 0, 0, True}``.
     """
     parameters = {_storage(p) for p in model.parameters()}
-    missed = set()
+    missed, after = set(), set()
 
-    def pack(tensor):
-        if tensor.untyped_storage().nbytes() > 0 and _storage(tensor) not in parameters:
-            missed.add(_storage(tensor))
-        return tensor
+    with _measurements() as opened, _block_activations(model) as blocks:
+        def pack(tensor):
+            if tensor.untyped_storage().nbytes() > 0 and _storage(tensor) not in parameters:
+                missed.add(_storage(tensor))
+                if opened.all and all(m in opened.ended for m in opened.all):
+                    after.add(_storage(tensor))
+            return tensor
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        result = answer(model, x)
-    return (*(result if isinstance(result, (tuple, list)) else (result,)), {"saved outside your measurement": len(missed)})
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+                result = answer(model, x)
+        except RuntimeError as error:
+            if blocks.ran_without_grad and "does not require grad" in str(error):
+                raise BlocksRanWithoutGrad(
+                    "your loss has no grad_fn: your blocks ran with grad mode off in the forward pass, which is what "
+                    "the reentrant checkpoint (`use_reentrant=True`) does when no input of the block requires grad "
+                    "(x comes from a frozen embedding), so nothing was recorded for backward. Use "
+                    "`checkpoint(block, h, use_reentrant=False)`; x itself must stay as it is.") from None
+            raise
+    result = tuple(result) if isinstance(result, (tuple, list)) else (result,)
+    count = result[1] if len(result) > 1 else None
+    seen = {OUTSIDE: len(missed), AFTER: len(after), KEPT_INSIDE_BLOCKS: blocks.kept_at_backward,
+            FROM_MEASUREMENT: opened.counted(count)}
+    return (*result, seen)
+
+
+class _Opened:
+    """The ``saved_tensors`` measurements a step entered, those that ended, and those it read a number from."""
+
+    def __init__(self):
+        self.all, self.ended, self.read = [], [], []
+
+    def counted(self, count):
+        if isinstance(count, bool) or not isinstance(count, int):
+            return False
+        return any(count in (sum(1 for t in m.tensors if t.nbytes > 0), len(m._seen), m.__dict__.get("saves"))
+                   for m in self.read)
+
+
+@contextmanager
+def _measurements():
+    """While the step runs, ``saved_tensors`` notes each measurement entered, ended and read (its count).
+
+    The class is the course's, so the notes are kept on it for the call only and put back after.
+    A read is any of ``tensors`` (what ``activations_kept`` reads), ``count``, ``nbytes`` or
+    ``saves`` asked for by code other than the measurement's own pack hook.
+    """
+    opened = _Opened()
+    originals = {name: saved_tensors.__dict__[name] for name in ("__enter__", "__exit__", "tensors", "count", "nbytes")}
+    pack_code = saved_tensors._pack.__code__
+
+    def note_read(measurement):
+        if measurement in opened.all and measurement not in opened.read:
+            opened.read.append(measurement)
+
+    def enter(self):
+        opened.all.append(self)
+        return originals["__enter__"](self)
+
+    def exit_(self, *exc_info):
+        opened.ended.append(self)
+        return originals["__exit__"](self, *exc_info)
+
+    def reading(prop):
+        return property(lambda self: (note_read(self), prop.fget(self))[1])
+
+    class Saves:
+        """``saves`` as a plain number, noting a read unless the pack hook counts."""
+
+        def __get__(self, measurement, owner=None):
+            if measurement is None:
+                return self
+            if sys._getframe(1).f_code is not pack_code:
+                note_read(measurement)
+            return measurement.__dict__.get("saves", 0)
+
+        def __set__(self, measurement, value):
+            measurement.__dict__["saves"] = value
+
+    patched = {"__enter__": enter, "__exit__": exit_, "saves": Saves(),
+               **{name: reading(originals[name]) for name in ("tensors", "count", "nbytes")}}
+    for name, value in patched.items():
+        setattr(saved_tensors, name, value)
+    try:
+        yield opened
+    finally:
+        for name in patched:
+            if name in originals:
+                setattr(saved_tensors, name, originals[name])
+            else:
+                delattr(saved_tensors, name)
+
+
+class _Blocks:
+    def __init__(self):
+        self.inner, self.outputs = [], []
+        self.kept_at_backward = 0
+        self.ran_without_grad = False
+
+    def alive_inner(self):
+        outputs = [ref() for ref in self.outputs]
+        return sum(1 for ref in self.inner
+                   if ref() is not None and not any(ref() is output for output in outputs))
+
+
+@contextmanager
+def _block_activations(model):
+    """Weak references to what each layer inside a block made in the forward pass; counted when backward begins.
+
+    A hook on each such tensor fires when the backward reaches its node, the first time with
+    the step's graph whole: the layers' outputs still alive then (the blocks' own outputs left
+    out, since a checkpoint keeps its input) are what an ordinary forward keeps for backward.
+    Outputs made during backward (a checkpoint's recomputation) are not counted.
+    """
+    blocks = _Blocks()
+    started = []
+
+    def on_grad(_):
+        if not started:
+            started.append(True)
+            blocks.kept_at_backward = blocks.alive_inner()
+
+    def layer_made(module, inputs, output):
+        if not isinstance(output, torch.Tensor) or torch._C._current_autograd_node() is not None:
+            return
+        if not torch.is_grad_enabled() and any(p.requires_grad for p in module.parameters()):
+            blocks.ran_without_grad = True
+        if output.requires_grad:
+            blocks.inner.append(weakref.ref(output))
+            output.register_hook(on_grad)
+
+    def block_made(module, inputs, output):
+        if isinstance(output, torch.Tensor) and torch._C._current_autograd_node() is None:
+            blocks.outputs.append(weakref.ref(output))
+
+    children = list(model.children())
+    handles = [child.register_forward_hook(block_made) for child in children]
+    handles += [layer.register_forward_hook(layer_made) for child in children for layer in child.modules()
+                if layer is not child or not list(child.children())]
+    try:
+        yield blocks
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def _storage(tensor):
