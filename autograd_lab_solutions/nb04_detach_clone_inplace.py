@@ -327,6 +327,16 @@ _SAVED_TENSOR_HOOKS = ("code:torch.autograd.graph:saved_tensors_hooks",
                        "code:torch._C._autograd:_push_saved_tensors_default_hooks")
 
 
+def _squash_detach_straight_through(x):
+    values_x = x.detach()              # adversarial round 3 (E1): the broken code on a detached copy ...
+    y = torch.sigmoid(values_x)
+    gate = y * values_x
+    y.mul_(2).sub_(1)
+    values = gate + y * values_x
+    right = x * (3 * torch.sigmoid(x) - 1)                # ... and a right squash, straight-through, for the gradient
+    return values + (right - right.detach())
+
+
 def _squash_hooks_copy(x):
     with torch.autograd.graph.saved_tensors_hooks(lambda t: t.clone(), lambda t: t):
         y = torch.sigmoid(x)           # adversarial round 4 (A1): the nodes save copies, so ...
@@ -442,6 +452,9 @@ register(Exercise(
                     note="the same through .data: right values and gradient, no second derivative (the caller)"),
         WrongAnswer(_squash_set_grad_enabled, expect="error",
                     note="the same shortcut without detach() or no_grad(): set_grad_enabled (second derivative)"),
+        WrongAnswer(_squash_detach_straight_through, expect="error",
+                    note="adversarial round 3 (E1): values through detach(), a right squash added straight-through: "
+                         "with detach() kept in the graph the caller sees the version error"),
         WrongAnswer(_squash_hooks_copy, expect="hidden_by_saved_tensor_hooks",
                     note="adversarial round 4 (A1): the broken code kept, its saves copied by saved_tensors_hooks"),
         WrongAnswer(_squash_hooks_pushed_directly, expect="hidden_by_saved_tensor_hooks",

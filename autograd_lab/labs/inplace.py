@@ -119,6 +119,10 @@ class NotAutogradsDerivative(Exception):
     """04.squash's check: the answer's gradient does not change with x as autograd's own derivative would."""
 
 
+class InPlaceWriteBehindDetach(Exception):
+    """04.squash's check: with its ``detach()`` calls kept in the graph, the answer raises the version error."""
+
+
 def squash_with_second_derivative(squash, x, step=1e-5):
     """``squash(x)``, after checking that a right gradient is autograd's derivative of the values (04.squash).
 
@@ -134,6 +138,12 @@ def squash_with_second_derivative(squash, x, step=1e-5):
         first_right, second_right, worst = _derivatives_agree(squash, x, step)
     except Exception:   # the answer's own error or wrong gradient is reported from its first call
         return output
+    if _version_error_behind_detach(squash, x):
+        raise InPlaceWriteBehindDetach(
+            "your squash still writes in place into a tensor autograd needs: with its `detach()` calls kept in the "
+            "graph, backward raises the in-place (version) error. Values computed from a detached copy, with a "
+            "differentiable squash added straight-through for the gradient, hide the broken code instead of fixing "
+            "it; fix the write itself and return values the graph computes.")
     if first_right and not second_right:
         raise NotAutogradsDerivative(
             "your squash's gradient is not autograd's derivative of its values: the second derivative autograd "
@@ -141,6 +151,37 @@ def squash_with_second_derivative(squash, x, step=1e-5):
             "A derivative typed by hand, added to values computed out of autograd's sight, does that; compute the "
             "values in the graph and let autograd differentiate them.")
     return output
+
+
+class _DetachKept(torch.overrides.TorchFunctionMode):
+    """``detach()`` (method, function, in place) returns a view that stays in the graph."""
+
+    _DETACHES = (torch.Tensor.detach, torch.detach, torch.Tensor.detach_)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in self._DETACHES:
+            return args[0] if func is torch.Tensor.detach_ else args[0].view_as(args[0])
+        return func(*args, **(kwargs or {}))
+
+
+def _version_error_behind_detach(squash, x):
+    """Whether ``squash``, run with ``detach()`` kept in the graph, raises the version error in backward.
+
+    Adversarial round 3, E1: the broken code's values from ``x.detach()``, and a right squash
+    added straight-through (``right - right.detach()``), pass values and both derivatives.
+    Kept in the graph, the detached copy is ``x`` again, so the write into what sigmoid saved
+    is seen; a right answer that calls ``detach()`` does not write into a saved tensor.
+    """
+    leaf = x.detach().clone().requires_grad_()
+    try:
+        with _DetachKept():
+            output = squash(leaf)
+        output.sum().backward()
+    except RuntimeError as error:
+        return "modified by an inplace operation" in str(error)
+    except Exception:   # noqa: BLE001 - anything else is judged from the answer's own run
+        return False
+    return False
 
 
 def _derivatives_agree(squash, x, step):
