@@ -322,9 +322,23 @@ def _squash_set_grad_enabled(x):
 
 # Saved-tensor hooks decide what a node keeps: a pack hook that copies (`saved_tensors_hooks`, `save_on_cpu`) lets
 # the broken in-place write run without the version error (adversarial round 4, A1). Any push of default hooks
-# goes through the builtin, whatever class or alias pushed it.
-_SAVED_TENSOR_HOOKS = ("code:torch.autograd.graph:saved_tensors_hooks",
-                       "code:torch._C._autograd:_push_saved_tensors_default_hooks")
+# goes through the builtin, whatever class or alias pushed it. A version counter set back by hand hides the same
+# write (round 4, A2: it got a bare wrong value); `increment_version` calls the second builtin.
+_WRITE_HIDERS = ("code:torch.autograd.graph:saved_tensors_hooks",
+                 "code:torch._C._autograd:_push_saved_tensors_default_hooks",
+                 "code:torch._C._autograd:_unsafe_set_version_counter", "code:torch._C:_increment_version")
+
+
+def _squash_forged_version(x):
+    y = torch.sigmoid(x)
+    gate = y * x
+    version = y._version
+    y.mul_(2).sub_(1)                  # adversarial round 4 (A2): the broken write, its counter set back by hand
+    try:
+        torch._C._autograd._unsafe_set_version_counter((y,), (version,))
+    except TypeError:                  # torch 2.5 takes one tensor and one version
+        torch._C._autograd._unsafe_set_version_counter(y, version)
+    return gate + y * x
 
 
 def _squash_detach_straight_through(x):
@@ -401,9 +415,10 @@ register(Exercise(
             no_library(name="nothing hidden from autograd (no `no_grad()`, `set_grad_enabled` or `inference_mode()`: "
                             "every value is computed where autograd records)", tag="hidden_from_autograd",
                        specs=_HIDING),
-            no_library(name="the in-place write fixed, not hidden (no saved-tensor hooks: a pack hook that copies "
-                            "silences the version error while the write into what a node saved stays)",
-                       tag="hidden_by_saved_tensor_hooks", specs=_SAVED_TENSOR_HOOKS)),
+            no_library(name="the in-place write fixed, not hidden (no saved-tensor hooks, whose pack hook can copy "
+                            "what a node saves, and no version counter set by hand: both silence the version error "
+                            "while the write into what a node saved stays)",
+                       tag="write_hidden", specs=_WRITE_HIDERS)),
     hints=(
         "Read the error, or draw the graph with show_saved=True: which nodes saved the tensor that the in-place "
         "line overwrote? There are two.",
@@ -455,10 +470,12 @@ register(Exercise(
         WrongAnswer(_squash_detach_straight_through, expect="error",
                     note="adversarial round 3 (E1): values through detach(), a right squash added straight-through: "
                          "with detach() kept in the graph the caller sees the version error"),
-        WrongAnswer(_squash_hooks_copy, expect="hidden_by_saved_tensor_hooks",
+        WrongAnswer(_squash_hooks_copy, expect="write_hidden",
                     note="adversarial round 4 (A1): the broken code kept, its saves copied by saved_tensors_hooks"),
-        WrongAnswer(_squash_hooks_pushed_directly, expect="hidden_by_saved_tensor_hooks",
+        WrongAnswer(_squash_hooks_pushed_directly, expect="write_hidden",
                     note="the same hooks pushed with the builtin the context manager calls"),
+        WrongAnswer(_squash_forged_version, expect="write_hidden",
+                    note="adversarial round 4 (A2): the version counter set back by hand (was a bare wrong value)"),
         WrongAnswer(_squash_by_own_function, expect="custom_function",
                     note="adversarial round 1: a custom Function with a typed derivative"),
     ),
