@@ -21,11 +21,11 @@ calls ``answer(model, its_micro_batches)``, and reports
 
 Ranks that synchronised at the wrong time end with different gradients, which no
 single process can show.  Every correct answer leaves the same record, whatever
-order it takes the micro-batches in and wherever its ``backward`` calls sit.  Starting the processes is the check's time, not the
-answer's: ``on_ranks`` stops the check's clock (its CPU-time timer, see
-``checking.hermetic``) while the ranks start, gives the answer the time that was
-left inside each rank, and starts the clock again with what the answer did not
-use (at once, if a rank ran out).
+order it takes the micro-batches in and wherever its ``backward`` calls sit.
+Starting the processes is the check's time, not the answer's: ``on_ranks`` stops
+the check's clock (its CPU-time timer, see ``checking.hermetic``) while the ranks
+start, gives the answer the time that was left inside each rank, and starts the
+clock again with what the answer did not use (at once, if a rank ran out).
 """
 
 import builtins
