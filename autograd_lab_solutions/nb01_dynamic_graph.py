@@ -515,6 +515,20 @@ def _central_difference_in_budget(a):
     return out
 
 
+def _central_difference_by_exp(a):
+    """A central difference of tanh written with math.exp, no tanh call at all (the owner, round 4)."""
+    def tanh(u):
+        e = math.exp(2 * u)
+        return (e - 1) / (e + 1)
+
+    out = Value(tanh(a.data), (a,), "tanh")
+
+    def _backward():
+        a.grad += (tanh(a.data + 1e-5) - tanh(a.data - 1e-5)) / 2e-5 * out.grad
+    out._backward = _backward
+    return out
+
+
 def _complex_step_numpy(u, t, step=1e-30):
     """A shortcut (round 4, A2): the complex step through NumPy's tanh, exact to rounding."""
     import numpy
@@ -534,20 +548,23 @@ def _complex_step_mpmath(u, t, step=1e-30):
     return float(mpmath.tanh(mpmath.mpc(u, step)).imag / step)
 
 
-# A worked-out derivative evaluates tanh only where the node is (at its input: once for the value,
-# perhaps again in the closure, as `1 - tanh(u) * tanh(u)`); a numerical derivative evaluates it somewhere
-# else (u + h, u - h, or the complex point u + ih). Judged on the points the tanh functions of math, cmath,
-# NumPy and mpmath were called at (``facts._Points``), on complex tensors made, and, for a builtin call whose
-# point the recorder could not see, on the count (at most two per node); one line of subscripts (a release
-# carries the predicate as text).
-_TANHS = ("math:tanh", "cmath:tanh", "numpy:tanh", "mpmath:tanh")
+# A worked-out derivative evaluates tanh (or exp, cosh, sinh, to write it) only where the node is: at its input
+# (once for the value, perhaps again in the closure, as `1 - tanh(u) * tanh(u)`), or at -u, 2u, -2u (`exp(-2u)`);
+# a numerical derivative evaluates it somewhere else (u + h, u - h, the complex point u + ih). Judged on the points
+# these functions of math, cmath, NumPy and mpmath were called at (``facts._Points``), on complex tensors made,
+# and, for a builtin call whose point the recorder could not see, on the count (at most two per node); one line of
+# subscripts (a release carries the predicate as text).
+_EVALUATED = tuple(f"{module}:{name}" for module in ("math", "cmath", "numpy", "mpmath")
+                   for name in ("tanh", "exp", "cosh", "sinh"))
 NO_NUMERICAL_DERIVATIVE = Method(
     name="a derivative of tanh that you work out (no numerical derivative)",
     holds=lambda facts: facts["tiny_off_input"] == 0 and facts["complex_outputs"] == 0 and facts["tiny_unseen"] <= 2 * facts["tiny_own_backwards"],
-    watch=tuple(f"args:{name}" for name in _TANHS) + ("code:math:tanh", "code:cmath:tanh"),
+    watch=tuple(f"args:{name}" for name in _EVALUATED) + tuple(f"code:{name}" for name in _EVALUATED
+                                                             if name.startswith(("math:", "cmath:"))),
     explain=lambda facts: (
-        "your tanh evaluated tanh at a point other than its node's input (such as u + h and u - h, or a complex "
-        "u + ih): that is a numerical derivative, not one you worked out." if facts["tiny_off_input"] else
+        "your tanh evaluated tanh (or the exponential it is written with) at a point other than its node's input "
+        "(such as u + h and u - h, or a complex u + ih): that is a numerical derivative, not one you worked out."
+        if facts["tiny_off_input"] else
         "your tanh computed with complex tensors: a complex-step derivative is numerical." if facts["complex_outputs"]
         else f"your tanh called tanh {facts['tiny_unseen']} times through a reference the checker could not follow "
              f"(so it could not see where), for {facts['tiny_own_backwards']} nodes: a formula needs at most two calls "
@@ -633,6 +650,7 @@ register(Exercise(
         WrongAnswer(_tanh_with_local(_complex_step), expect="finite_differences", note="complex step with cmath"),
         WrongAnswer(_central_difference_in_budget, expect="finite_differences",
                     note="central difference inside the old two-calls-per-node budget (adv-00-04-r3 A3)"),
+        WrongAnswer(_central_difference_by_exp, expect="finite_differences", note="the quotient of tanh by math.exp"),
         WrongAnswer(_tanh_with_local(_complex_step_numpy), expect="finite_differences",
                     note="complex step with numpy.tanh (adv-00-04-r3 A2)"),
         WrongAnswer(_tanh_with_local(_complex_step_torch), expect="finite_differences",

@@ -44,10 +44,34 @@ def tiny_tanh(a):
 '''
 
 
-@pytest.mark.parametrize("answer", [nb01._textbook_twice, nb01._textbook_factored, _notebook_answer(_FROM_IMPORT)],
-                         ids=["tanh_times_tanh", "factored", "from_math_import_tanh"])
+_BY_EXP = """
+def tiny_tanh(a):
+    import math
+    u = a.data
+    out = Value((math.exp(u) - math.exp(-u)) / (math.exp(u) + math.exp(-u)), (a,), "tanh")
+    def _backward():
+        a.grad += 4 / (math.exp(u) + math.exp(-u)) ** 2 * out.grad
+    out._backward = _backward
+    return out
+"""
+
+_BY_COSH = """
+import math
+def tiny_tanh(a):
+    out = Value(2 / (1 + math.exp(-2 * a.data)) - 1, (a,), "tanh")
+    def _backward():
+        a.grad += out.grad / math.cosh(a.data) ** 2
+    out._backward = _backward
+    return out
+"""
+
+
+@pytest.mark.parametrize("answer", [nb01._textbook_twice, nb01._textbook_factored, _notebook_answer(_FROM_IMPORT),
+                                    _notebook_answer(_BY_EXP), _notebook_answer(_BY_COSH)],
+                         ids=["tanh_times_tanh", "factored", "from_math_import_tanh", "by_exp", "by_cosh"])
 def test_tiny_tanh_accepts_tanh_called_again_at_the_nodes_own_input(answer):
-    """adv-00-04-r3 A4: three math.tanh calls per node, all at the node's input, are the textbook formula."""
+    """adv-00-04-r3 A4: three math.tanh calls per node, all at the node's input, are the textbook formula; so are
+    formulas written with exp (at u, -u, -2u) and cosh."""
     full, public = _graded(_exercise("01.tiny_tanh"), answer)
     assert full.status == "passed" and public.status == "passed", (full, public)
 

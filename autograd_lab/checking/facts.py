@@ -44,8 +44,9 @@ actually ran, not what the answer's names say.
   closure (not one of the engine's own ops); ``tiny_missing_backwards``: nodes with
   parents whose ``_backward`` was still the do-nothing default (a forgotten
   ``out._backward = _backward``); ``tiny_off_input``: calls of a function named by an
-  ``args:`` spec (``args:math:tanh``) at a point that is not the number held by an input of one of
-  the answer's own nodes (a difference quotient's ``u + h``, a complex step's ``u + ih``), and
+  ``args:`` spec (``args:math:tanh``) at a point that is not the number held by an input of a
+  node (or its negative or double: ``exp(-2u)``), such as a difference quotient's ``u + h`` or a
+  complex step's ``u + ih``, and
   ``tiny_unseen``: calls of such a builtin that the profile hook counted but whose points were not
   recorded (a reference the recorder could not replace, ``_Points``);
 * ``complex_outputs``: tensors with a complex dtype that ops produced (a complex step);
@@ -179,10 +180,11 @@ class _TinyEngineRuns:
         return sum(own for _, own in self._ran.values())
 
     def inputs(self):
-        """The numbers held by the inputs (parents) of the answer's own nodes whose ``_backward`` ran."""
+        """The numbers held by the inputs (parents) of the nodes whose ``_backward`` ran (the engine's own too:
+        its ``exp`` node evaluates ``math.exp`` at its input)."""
         found = set()
         for node, own in self._ran.values():
-            for parent in (getattr(node, "parents", ()) if own else ()):
+            for parent in getattr(node, "parents", ()):
                 data = getattr(parent, "data", None)
                 if isinstance(data, (int, float)):
                     found.add(float(data))
@@ -261,8 +263,10 @@ class _Points:
         return False
 
     def off(self, inputs):
-        """Recorded calls at a point that is not one of ``inputs`` (a real number equal to one of them)."""
-        return sum(1 for numbers in self.calls if not all(n.imag == 0 and n.real in inputs for n in numbers))
+        """Recorded calls at a point that is not one of ``inputs``, or its negative or double (``exp(-2u)`` in a
+        formula for ``tanh(u)``): a real number equal to one of those."""
+        points = {k * u for u in inputs for k in (1.0, -1.0, 2.0, -2.0)}
+        return sum(1 for numbers in self.calls if not all(n.imag == 0 and n.real in points for n in numbers))
 
 
 def _cell_value(cell):
