@@ -18,7 +18,10 @@ before a program touches them, which depends on the environment
 on for float32 matmuls).
 """
 
+import json
 import os
+import subprocess
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -58,6 +61,17 @@ def tf32_settings():
     if versions.behaviour("fp32_precision_switch").value:
         settings["matmul_fp32_precision"] = torch.backends.cuda.matmul.fp32_precision
     return settings
+
+
+def tf32_settings_in_new_process(environ):
+    """``tf32_settings()`` as a new Python process sees them with ``environ`` added to this one's environment.
+
+    torch reads ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE`` when it is imported, so only a new process shows its effect.
+    """
+    script = "import json; from autograd_lab.labs.precision import tf32_settings; print(json.dumps(tf32_settings()))"
+    done = subprocess.run([sys.executable, "-c", script], env={**os.environ, **environ},
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def autocast_registered(op, device_type):
