@@ -334,10 +334,11 @@ def _squash_forged_version(x):
     gate = y * x
     version = y._version
     y.mul_(2).sub_(1)                  # adversarial round 4 (A2): the broken write, its counter set back by hand
-    try:
-        torch._C._autograd._unsafe_set_version_counter((y,), (version,))
-    except TypeError:                  # torch 2.5 takes one tensor and one version
-        torch._C._autograd._unsafe_set_version_counter(y, version)
+    forge = torch._C._autograd._unsafe_set_version_counter
+    if "Sequence" in (forge.__doc__ or ""):
+        forge((y,), (version,))
+    else:                              # torch 2.5 takes one tensor and one version
+        forge(y, version)
     return gate + y * x
 
 

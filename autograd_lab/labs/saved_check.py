@@ -155,9 +155,10 @@ class _Blocks:
 def _block_activations(model):
     """Weak references to what each layer inside a block made in the forward pass; counted when backward begins.
 
-    A hook on each such tensor fires when the backward reaches its node, the first time with
-    the step's graph whole: the layers' outputs still alive then (the blocks' own outputs left
-    out, since a checkpoint keeps its input) are what an ordinary forward keeps for backward.
+    A hook on each such tensor fires when the backward computes its gradient; the first time,
+    only the nodes after it have run: the layers' outputs still alive then (the blocks' own
+    outputs left out, since a checkpoint keeps its input) are what an ordinary forward keeps
+    for backward, but for the one the node just run has released.
     Outputs made during backward (a checkpoint's recomputation) are not counted.
     """
     blocks = _Blocks()
@@ -183,13 +184,23 @@ def _block_activations(model):
 
     children = list(model.children())
     handles = [child.register_forward_hook(block_made) for child in children]
+    # A Sequential block's last layer makes the block's output (a checkpoint keeps it as the next one's input), even
+    # when the block is called as `block.forward`, which skips the block's own hook.
+    ends = {id(_last_layer(child)) for child in children}
     handles += [layer.register_forward_hook(layer_made) for child in children for layer in child.modules()
-                if layer is not child or not list(child.children())]
+                if not list(layer.children()) and id(layer) not in ends]
     try:
         yield blocks
     finally:
         for handle in handles:
             handle.remove()
+
+
+def _last_layer(block):
+    """The layer whose output is a Sequential block's output (the block itself for anything else)."""
+    while isinstance(block, torch.nn.Sequential) and len(block):
+        block = block[-1]
+    return block
 
 
 def _storage(tensor):
