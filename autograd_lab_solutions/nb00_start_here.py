@@ -4,6 +4,7 @@ import torch
 
 from autograd_lab.checking import (Exercise, Misconception, WrongAnswer, autograd_derivative, claims, register,
                                     uses_autograd)
+from autograd_lab.checking.variation import choose
 
 
 # --- 00.cube_grad ---------------------------------------------------------------
@@ -17,7 +18,15 @@ def cube_grad(x):
 def _cube_inputs(seed, hidden):
     generator = torch.Generator().manual_seed(seed)
     size = 7 if hidden else 4  # hidden cases use other seeds and another shape
-    return (torch.randn(size, generator=generator, dtype=torch.float64),)
+    x = torch.randn(size, generator=generator, dtype=torch.float64)
+    # The caller's x may itself require grad, or already hold a .grad (round 4, A5): public and
+    # hidden seeds take each of the three, so an answer that breaks such a caller fails in check().
+    caller = choose(seed, ("plain", "requires_grad", "holds_grad"))
+    if caller != "plain":
+        x.requires_grad_()
+    if caller == "holds_grad":
+        x.grad = torch.randn(size, generator=generator, dtype=torch.float64)
+    return (x,)
 
 
 def _autograd_of(loss_of):
@@ -82,6 +91,109 @@ def _laundered_through_python(x):
     return t.grad
 
 
+def _constant_of(t):
+    """Round 4 (A1): t's values to 2^-40, through `round`, whose derivative autograd defines as zero."""
+    scale = 2.0 ** 40
+    return torch.round(t * scale) / scale
+
+
+def _laundered_through_round(x):
+    """Round 4 (A1): 3x^2 computed from the leaf with grad on, made a constant by `round`, used as a weight."""
+    t = x.detach().clone().requires_grad_()
+    (t * _constant_of(3 * t * t)).sum().backward()
+    return t.grad
+
+
+def _laundered_through_detach(x):
+    """The same weight cut off with `.detach()` (or `.data`, or an integer cast) after computing it in the graph."""
+    t = x.detach().clone().requires_grad_()
+    (t * (3 * t * t).detach()).sum().backward()
+    return t.grad
+
+
+def _laundered_through_data(x):
+    t = x.detach().clone().requires_grad_()
+    (t * (3 * t * t).data).sum().backward()
+    return t.grad
+
+
+def _laundered_through_integers(x):
+    t = x.detach().clone().requires_grad_()
+    (t * ((3 * t * t * 2 ** 40).long().double() / 2 ** 40)).sum().backward()
+    return t.grad
+
+
+class _NoDerivative(torch.autograd.Function):
+    """A custom Function whose backward says the derivative is zero: its output is a constant to autograd."""
+
+    @staticmethod
+    def forward(ctx, t):
+        return t.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return torch.zeros_like(grad)
+
+
+def _laundered_through_function(x):
+    t = x.detach().clone().requires_grad_()
+    (t * _NoDerivative.apply(3 * t * t)).sum().backward()
+    return t.grad
+
+
+def _laundered_through_hook(x):
+    """A hook zeroes the gradient that would reach the weight: autograd then differentiates t * const."""
+    t = x.detach().clone().requires_grad_()
+    weight = 3 * t * t
+    weight.register_hook(lambda grad: grad * 0)
+    (t * weight).sum().backward()
+    return t.grad
+
+
+def _formula_times_engine_result(x):
+    """Round 4 (A4): the backward of sum(x) (ones) for show, times 3x^2 computed from the leaf, detached."""
+    t = x.detach().clone().requires_grad_()
+    t.sum().backward()
+    return (t.grad * 3 * t * t).detach()
+
+
+def _forward_mode_seeded_with_formula(x):
+    """Forward-mode AD's tangent seeded with 3x^2: the dual of t * 1 only carries it out."""
+    import torch.autograd.forward_ad as fwAD
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(x.detach().clone(), 3 * x.detach() ** 2)
+        return fwAD.unpack_dual(dual * 1).tangent
+
+
+def _forward_mode_through_round(x):
+    import torch.autograd.forward_ad as fwAD
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(x.detach().clone(), torch.ones_like(x))
+        return fwAD.unpack_dual(dual * _constant_of(3 * dual * dual)).tangent
+
+
+def forward_mode_cube_grad(x):
+    """Round 4 (A3, a correct answer once refused): forward-mode AD; with tangent ones, the elementwise gradient."""
+    import torch.autograd.forward_ad as fwAD
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(x.detach(), torch.ones_like(x))
+        return fwAD.unpack_dual(dual ** 3).tangent
+
+
+def _clone_of_callers_x(x):
+    """Round 4 (A5): a clone is not a leaf when the caller's x requires grad: .grad lands on the caller's x."""
+    t = x.clone().requires_grad_()
+    (t ** 3).sum().backward()
+    return t.grad
+
+
+def _callers_x_switched_back(x):
+    """Round 4 (A5): the caller's x used as the leaf, requires_grad switched off afterwards."""
+    (grad,) = torch.autograd.grad((x.requires_grad_() ** 3).sum(), x)
+    x.requires_grad_(False)
+    return grad
+
+
 def _caller_requires_grad(x):
     x.requires_grad_()
     (x ** 3).sum().backward()
@@ -122,7 +234,9 @@ register(Exercise(
         "autograd stored for your leaf, not a formula.",
     ),
     method=(uses_autograd(), autograd_derivative()),
-    compare=("value", "state"),  # also: grad mode is on again after the call, as the caller left it
+    # Also: grad mode is on again after the call, as the caller left it. Not the returned tensor's autograd
+    # state: on an x that requires grad, torch.func.grad (differentiable itself) returns a gradient that does.
+    compare=("value", "grad_mode"),
     wrong_answers=(
         # The shortcut the prompt forbids: the right numbers, typed as a formula.
         WrongAnswer(lambda x: 3 * x ** 2, expect="typed_formula", note="the formula 3x^2 typed by hand"),
@@ -135,6 +249,19 @@ register(Exercise(
         WrongAnswer(_laundered_as_cotangent, expect="laundered_formula", note="round 3 C1: (t * 1).backward(gradient=...)"),
         WrongAnswer(_laundered_as_weight, expect="laundered_formula", note="round 3 D1: the formula as a weight"),
         WrongAnswer(_laundered_through_python, expect="laundered_formula", note="tolist() and a 0 * t * t decoy"),
+        # Round 4: the weight computed from the leaf with grad on, then made a constant to autograd (A1), the
+        # engine's result multiplied by the formula (A4), and the same through forward-mode AD.
+        WrongAnswer(_laundered_through_round, expect="laundered_formula", note="round 4 A1: round, derivative 0"),
+        WrongAnswer(_laundered_through_detach, expect="laundered_formula", note=".detach() of a graph value"),
+        WrongAnswer(_laundered_through_data, expect="laundered_formula", note=".data of a graph value"),
+        WrongAnswer(_laundered_through_integers, expect="laundered_formula", note="long() and back"),
+        WrongAnswer(_laundered_through_function, expect="laundered_formula", note="a Function with zero backward"),
+        WrongAnswer(_laundered_through_hook, expect="laundered_formula", note="a hook zeroes the weight's gradient"),
+        WrongAnswer(_formula_times_engine_result, expect="laundered_formula", note="round 4 A4: ones x 3x^2"),
+        WrongAnswer(_forward_mode_seeded_with_formula, expect="laundered_formula", note="tangent seeded with 3x^2"),
+        WrongAnswer(_forward_mode_through_round, expect="laundered_formula", note="forward mode through round"),
+        WrongAnswer(_clone_of_callers_x, expect="modified_input", note="round 4 A5: x.clone() as the leaf"),
+        WrongAnswer(_callers_x_switched_back, expect="modified_input", note="round 4 A5: requires_grad reset"),
         # Right values, but the caller's tensor changed (round 1): the prompt says to leave x as it was.
         WrongAnswer(_caller_requires_grad, expect="modified_input", note="requires_grad_() on the caller's x"),
         WrongAnswer(_zeroes_caller, expect="modified_input", note="the caller's x zeroed afterwards"),

@@ -90,6 +90,23 @@ def _vjp_laundered_local_derivative(W, x, v):
     return Wl.grad
 
 
+def _vjp_laundered_through_round(W, x, v):
+    """Round 4 (A1): tanh's derivative computed from the leaf, made a constant by `round` (derivative 0)."""
+    Wl = W.detach().clone().requires_grad_()
+    z = Wl @ x
+    scale = 2.0 ** 40
+    weight = torch.round(v * (1 - torch.tanh(z) ** 2) * scale) / scale
+    (z * weight).sum().backward()
+    return Wl.grad
+
+
+def _vjp_linear_part_times_formula(W, x, v):
+    """Round 4 (A4): the backward of the linear part W @ x only, tanh' typed from the leaf and multiplied in."""
+    Wl = W.detach().clone().requires_grad_()
+    (Wl @ x).backward(v)
+    return (Wl.grad * (1 - torch.tanh(Wl @ x) ** 2)[:, None]).detach()
+
+
 def _vjp_vectorized_jacobian(W, x, v):
     """The full (m, m, n) Jacobian in one vmapped backward pass, then contracted with v."""
     J = jacobian(lambda W: torch.tanh(W @ x), W, vectorize=True)
@@ -168,6 +185,8 @@ register(Exercise(
         WrongAnswer(_vjp_formula_after_sham_backward, expect="typed_formula", note="a backward pass for show"),
         WrongAnswer(_vjp_laundered_as_cotangent, expect="laundered_formula", note="round 3 B1: (Wl * 1).backward(typed)"),
         WrongAnswer(_vjp_laundered_local_derivative, expect="laundered_formula", note="1 - tanh^2 typed into gradient="),
+        WrongAnswer(_vjp_laundered_through_round, expect="laundered_formula", note="round 4 A1: round, derivative 0"),
+        WrongAnswer(_vjp_linear_part_times_formula, expect="laundered_formula", note="round 4 A4: W @ x, then tanh'"),
         WrongAnswer(_vjp_on_callers_W, expect="modified_input"),
         WrongAnswer(_vjp_zeroes_v, expect="modified_input"),
         WrongAnswer(_vjp_demo_shape, expect="error", note="the demo's shape hard-coded"),

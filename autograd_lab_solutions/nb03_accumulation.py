@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from autograd_lab.checking import (Exercise, Method, Misconception, WrongAnswer, autograd_derivative, register,
-                                    uses_autograd)
+                                    steps_on_autograd_grads, uses_autograd)
 from autograd_lab.checking.variation import choose, generator
 
 
@@ -144,6 +144,15 @@ def _closed_form_per_micro_batch(w, x, y, k):
     return wl.grad
 
 
+def _passes_for_show_plus_closed_form(w, x, y, k):
+    """Round 4 (A3): k right-sized micro-batch passes of a zero loss, then the full-batch gradient typed in."""
+    wl = w.detach().clone().requires_grad_()
+    for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
+        ((x_micro @ wl).sum() * 0).backward()
+    closed_form = 2 / len(y) * x.T @ (x @ wl - y)           # computed from the leaf, with grad mode on
+    return (wl.grad + closed_form).detach()
+
+
 def _on_callers_w(w, x, y, k):
     """A reviewer's shortcut: the right gradient, taken on the caller's own `w`."""
     w.requires_grad_()
@@ -215,6 +224,7 @@ register(Exercise(
         WrongAnswer(_formula_with_backward_for_show, expect="typed_formula", note="closed form"),
         WrongAnswer(_closed_form_through_leaf, expect="laundered_formula", note="round 3 B1: closed form as gradient="),
         WrongAnswer(_closed_form_per_micro_batch, expect="laundered_formula", note="closed form as a weight"),
+        WrongAnswer(_passes_for_show_plus_closed_form, expect="laundered_formula", note="round 4 A3: zero passes + formula"),
         WrongAnswer(_on_callers_w, expect="modified_input", note="requires_grad_ on the caller's w"),
         WrongAnswer(_zeroes_inputs, expect="modified_input", note="x and y zeroed after a right answer"),
         WrongAnswer(_without_division, expect="scaled", note="forgot / k"),
@@ -476,6 +486,33 @@ def _trains_callers_w0(w0, x, y, lr, steps, k):
     return w.detach().clone()
 
 
+def _closed_form_written_into_grad(w0, x, y, lr, steps, k):
+    """Round 4 (A3): micro-batch passes of a zero loss for show, the full-batch gradient written into .grad."""
+    w = w0.detach().clone().requires_grad_()
+    optimizer = torch.optim.SGD([w], lr=lr)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
+            ((x_micro @ w).sum() * 0).backward()
+        w.grad = w.grad + (2 / len(y) * x.T @ (x @ w - y)).detach()
+        optimizer.step()
+    return w.detach()
+
+
+def _closed_form_added_into_grad(w0, x, y, lr, steps, k):
+    """The same, added in place into the .grad the passes left, under no_grad."""
+    w = w0.detach().clone().requires_grad_()
+    optimizer = torch.optim.SGD([w], lr=lr)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
+            ((x_micro @ w).sum() * 0).backward()
+        with torch.no_grad():
+            w.grad.add_(2 / len(y) * x.T @ (x @ w - y))
+        optimizer.step()
+    return w.detach()
+
+
 def _keeps_last_micro_batch(student, reference, args):
     return torch.allclose(student, _zero_grad_per_micro_batch(*args), atol=1e-6)
 
@@ -526,7 +563,8 @@ register(Exercise(
     answer_name="train",
     reference=train,
     inputs=_train_inputs,
-    method=(OPTIMIZER_STEPS, MICRO_BATCH_BACKWARDS, MICRO_BATCH_GRAPHS_PER_STEP),
+    # The .grad each step applies must be what the backward passes produced (round 4, A3).
+    method=(OPTIMIZER_STEPS, MICRO_BATCH_BACKWARDS, MICRO_BATCH_GRAPHS_PER_STEP, steps_on_autograd_grads()),
     hints=(
         "Print `w.grad` just before `optimizer.step()` in the given loop, and compare it with the "
         "gradient of the whole batch's loss: which micro-batches does it contain?",
@@ -559,5 +597,7 @@ register(Exercise(
         WrongAnswer(_full_batch_k_times_per_step, expect="micro_batches", note="the whole batch k times per step"),
         WrongAnswer(_fixed_lr, expect="wrong_value", note="lr hard-coded"),
         WrongAnswer(_trains_callers_w0, expect="modified_input", note="detach without clone"),
+        WrongAnswer(_closed_form_written_into_grad, expect="laundered_formula", note="round 4 A3: formula into .grad"),
+        WrongAnswer(_closed_form_added_into_grad, expect="laundered_formula", note="w.grad.add_(formula)"),
     ),
 ))

@@ -308,3 +308,44 @@ def _planted_reference(x):
     x = x.detach().requires_grad_()
     (x ** 3).sum().backward()
     return x.grad
+
+
+# --- correct answers once refused, or close to what a method refuses (round 4 of 00-04) ------------------
+
+def _forward_mode_cube(x):
+    import torch.autograd.forward_ad as fwAD
+    with fwAD.dual_level():
+        return fwAD.unpack_dual(fwAD.make_dual(x.detach(), torch.ones_like(x)) ** 3).tangent.clone()
+
+
+def _vjp_by_torch_func(W, x, v):
+    return torch.func.vjp(lambda W: torch.tanh(W @ x), W)[1](v)[0]
+
+
+def _micro_batch_grads_summed(w, x, y, k):
+    w = w.detach().clone().requires_grad_()
+    return sum(torch.autograd.grad(F.mse_loss(xm @ w, ym) / k, w)[0] for xm, ym in zip(x.chunk(k), y.chunk(k)))
+
+
+def _zero_grad_after_step(w0, x, y, lr, steps, k):
+    w = w0.detach().clone().requires_grad_()
+    optimizer = torch.optim.SGD([w], lr=lr)
+    for _ in range(steps):
+        for xm, ym in zip(x.chunk(k), y.chunk(k)):
+            (F.mse_loss(xm @ w, ym) / k).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=False)
+    return w
+
+
+@pytest.mark.parametrize("exercise_id,answer", [
+    ("00.cube_grad", _forward_mode_cube),                                   # round 4 A3: was "laundered"
+    ("00.cube_grad", lambda x: torch.func.jacfwd(lambda t: (t ** 3).sum())(x)),
+    ("00.cube_grad", lambda x: torch.func.grad(lambda t: (t ** 3).sum())(x)),   # requires grad where x does
+    ("02.vjp", _vjp_by_torch_func),
+    ("03.accumulated_grad", _micro_batch_grads_summed),
+    ("03.train", _zero_grad_after_step),
+], ids=["cube-forward_ad", "cube-jacfwd", "cube-torch.func.grad", "vjp-torch.func", "accumulated-autograd.grad", "train-zero_grad-after"])
+def test_correct_styles_pass_public_and_hidden(exercise_id, answer):
+    result = _check_everything(next(e for e in EXERCISES if e.id == exercise_id), answer)
+    assert result.status == "passed" and result.hidden_total and result.hidden_passed == result.hidden_total, repr(result)

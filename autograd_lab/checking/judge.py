@@ -139,7 +139,7 @@ def first_difference(exercise, student, reference):
     where = exercise.answer_name if exercise.kind == "value" else "the returned value"
     steps = [lambda: compare_values(student["output"], reference["output"], where, tolerance,
                                     state="state" in exercise.compare, blind=exercise.kind == "value")]
-    if "state" in exercise.compare:
+    if "state" in exercise.compare or "grad_mode" in exercise.compare:
         steps.append(lambda: _compare_grad_mode(student, reference))
     if "args" in exercise.compare:
         steps.append(lambda: _compare_args(student, reference, tolerance))

@@ -149,11 +149,15 @@ def autograd_derivative(wrt=0):
 
     ``wrt``: the tensor argument(s) (index among the call's tensor arguments) being
     differentiated; the others are data.  The provenance ledger (``provenance.py``) refuses
-    a ``gradient=`` / ``grad_outputs``, a weight the backward multiplies by, or a change made
-    to ``.grad`` afterwards, that was computed from the input's values outside autograd
-    (detached, under ``no_grad``, ``.data``, or rebuilt from ``tolist()`` / NumPy), and a
-    backward pass that never reads a value autograd recorded from the input (a pass linear
-    in the leaf, while the exercise's function is not): use it only where it is not.
+    a ``gradient=`` / ``grad_outputs`` (or a forward-mode tangent seed) or a weight the
+    backward multiplies by, that was computed from the input's values where autograd does
+    not differentiate them (detached, ``.data``, under ``no_grad``, through a zero-derivative
+    op such as ``round`` or an integer cast, a custom ``Function``, rebuilt from ``tolist()`` /
+    NumPy); a returned value computed from the input besides the engine's product (a formula
+    multiplied or added into ``.grad``, with grad mode on or off); a gradient hook on a value
+    computed from the input; and, where the input's values went to Python, a backward pass
+    that never reads a value autograd recorded from the input (a pass linear in the leaf,
+    while the exercise's function is not): use it only where it is not.
     """
     wrt = tuple(wrt) if isinstance(wrt, (tuple, list)) else (wrt,)
 
@@ -165,13 +169,18 @@ def autograd_derivative(wrt=0):
                     "pass only carried it to `.grad`. Backpropagate from the function itself, with the "
                     "cotangent the prompt gives (ones for a sum).")
         if laundered.get("weight"):
-            return ("the graph you backpropagated through multiplies by a constant computed from the input's "
-                    "values outside autograd (detached, under `no_grad`, or rebuilt from Python numbers): that "
+            return ("the graph you backpropagated through multiplies by a value computed from the input that "
+                    "autograd treats as a constant (detached, `.data`, under `no_grad`, through an op whose "
+                    "derivative is zero such as `round`, an integer cast, or rebuilt from Python numbers): that "
                     "constant is the derivative typed by hand. Build the function itself from your leaf and let "
                     "autograd differentiate it.")
+        if laundered.get("hook"):
+            return ("your answer registered a gradient hook on a value computed from the input: a hook rewrites "
+                    "the derivative autograd computes. Let autograd differentiate the function as it is.")
         if laundered.get("output"):
-            return ("the gradient you returned was changed after the backward pass with values computed from "
-                    "the input outside autograd: return what autograd produced.")
+            return ("the value you returned is not only what autograd produced: it was computed with the input's "
+                    "values besides the gradient (a formula multiplied or added in, with grad mode on or off). "
+                    "Return the gradient autograd produced for the function the prompt names.")
         if facts.get("passes_linear_in_input"):
             return ("your answer took the input's values out to Python (`tolist`, `item`, `numpy`), and one of "
                     "your backward passes never read a value autograd recorded from your leaf: it differentiated "
@@ -186,6 +195,24 @@ def autograd_derivative(wrt=0):
         explain=explain, watch=tuple(f"wrt:{index}" for index in wrt),
         message="your answer's derivative was worked out outside autograd and passed through a backward pass.",
         tag="laundered_formula", origin=_made("autograd_derivative", wrt=wrt))
+
+
+def steps_on_autograd_grads(wrt=0):
+    """Every ``.grad`` an optimizer's ``step`` applies is the engine's product, not a formula written into it.
+
+    ``wrt`` as for ``autograd_derivative``.  The ledger looks at each parameter's ``.grad``
+    as a watched ``step`` starts; one computed from the input's values outside the engine
+    (``w.grad = w.grad + formula``, ``w.grad.add_(formula)``) fails.
+    """
+    wrt = tuple(wrt) if isinstance(wrt, (tuple, list)) else (wrt,)
+    return Method(
+        name="gradients autograd computed, applied by the optimizer",
+        holds=lambda facts: not (facts.get("laundered") or {}).get("step"),
+        watch=tuple(f"wrt:{index}" for index in wrt) + ("code:torch.optim",),
+        message=("the `.grad` your optimizer stepped on was not what the backward passes produced: it was "
+                 "changed with values computed from the weights or the data (a gradient formula written into "
+                 "`.grad`). Let the micro-batches' backward passes fill `.grad`, then call `step()`."),
+        tag="laundered_formula", origin=_made("steps_on_autograd_grads", wrt=wrt))
 
 
 def backward_calls(n, *, name=None):
@@ -517,7 +544,7 @@ def rebuild(origin):
 
 
 FACTORIES = {function.__name__: function for function in (
-    uses_autograd, autograd_derivative, backward_calls, no_autograd, no_forward_mode, no_torch_func, no_jacobian,
+    uses_autograd, autograd_derivative, steps_on_autograd_grads, backward_calls, no_autograd, no_forward_mode, no_torch_func, no_jacobian,
     own_function,
     no_library, no_distributed_sampler, no_grad_scaler, no_optimizer, no_data_attribute, tiny_engine_op,
     checkpoint_used)}

@@ -17,10 +17,24 @@ while an exercise asks for it (``methods.autograd_derivative``), and it sorts st
   each other and from every argument (a derivative computed element by element in Python);
 * *tracked*: outputs of ops autograd recorded from tensors that require grad.
 
+A value *cut* from the graph is derived too: the output of a recorded op whose derivative
+autograd defines as zero (``round``, ``floor``, ``sign``, ...: ``_ZERO_DERIVATIVE``), an op
+autograd did not record that reads a tracked value (an integer cast's way back to floats,
+the forward of a custom ``Function``), and, when a backward op reads it, a tensor holding
+tracked values that does not require grad (``.detach()``, ``.data``).  Such a value is the
+derivative typed by hand just as a detached one is: it reaches the leaf's values, yet
+autograd differentiates the pass as if it were a constant.
+
 A backward op that reads a derived or foreign tensor, or an input's memory through a
 tensor autograd did not record (the raw argument as a weight), computes with a
 derivative made outside autograd; so does a ``gradient=`` / ``grad_outputs`` that is
-derived, foreign or the input's values; so does a returned tensor that is derived.
+derived, foreign or the input's values; so does a returned tensor that is derived or
+tracked (the engine's product changed afterwards with values computed from the input, even
+inside autograd: ``xx.grad * 3 * xx * xx``), and a ``.grad`` an optimizer steps on that is
+(``w.grad = w.grad + formula``: ``stepping``).  Forward-mode AD is autograd too: ops run in a
+dual level count as recorded, a tangent ``unpack_dual`` returns is the engine's product
+(derived only when it read a derived value), and a tangent seeded into ``make_dual`` is
+judged like a ``gradient=``.
 And every backward pass must read at least one tracked tensor: the function the
 exercises name is nonlinear in the input, so its true derivative needs the input's
 saved values, while a laundered one runs a pass that is linear in the leaf.
@@ -29,6 +43,7 @@ What it cannot see is in ``docs/authoring-exercises.md`` ("What the tape cannot 
 """
 
 import collections
+import importlib
 
 import torch
 
@@ -40,6 +55,11 @@ _METADATA = frozenset(f"aten::{name}" for name in (
 # Ops that copy values without computing with them: their output holds what their input held.
 _COPIES = frozenset(f"aten::{name}" for name in ("clone", "_to_copy", "to", "contiguous", "_copy_from",
                                                   "_copy_from_and_resize", "lift", "lift_fresh_copy"))
+# Ops autograd records with a derivative of zero: their output is a constant to the backward pass.
+_ZERO_DERIVATIVE = frozenset(f"aten::{name}" for name in (
+    "round", "floor", "ceil", "trunc", "fix", "sign", "sgn", "signbit", "round_", "floor_", "ceil_", "trunc_",
+    "fix_", "sign_", "sgn_", "floor_divide", "remainder", "fmod", "bucketize", "searchsorted", "argmax", "argmin",
+    "argsort", "heaviside"))
 _MAX_COMPARED = 1 << 16     # a foreign tensor larger than this is judged foreign without comparing values
 
 
@@ -51,18 +71,35 @@ def _key(tensor):
     return storage._cdata, storage
 
 
+def _floating(tensor):
+    return tensor.is_floating_point() or tensor.is_complex()
+
+
+def _forward_ad_level():
+    """The dual level ``torch.autograd.forward_ad`` is in (-1: none)."""
+    return _FORWARD_AD._current_level
+
+
+_FORWARD_AD = importlib.import_module("torch.autograd.forward_ad")
+_functorch_level = torch._C._functorch.maybe_current_level
+_is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+_unwrapped = torch._C._functorch.get_unwrapped
+
+
 class Provenance:
     """The ledger; ``found`` counts laundered derivatives by where they entered."""
 
     def __init__(self, wrt, arguments):
         self.inputs, self.derived = {}, {}      # storage id -> storage (kept alive: ids stay theirs)
         self.tracked_ids = {}                   # tensor id (_cdata) -> tensor: used by an op autograd recorded
-        self.tracked = set()                    # storage ids of recorded ops' outputs
+        self.tracked = {}                       # storage id -> storage: recorded ops' outputs (kept alive too)
         self.seen = set()                       # storage ids an op produced or the call was given
         self.arguments = [a for a in arguments if a.is_floating_point() or a.is_complex()]
         self.found = collections.Counter()
         self.runs = self.runs_unread = 0
         self.in_transform = 0                   # > 0 inside a ``torch.func`` transform (set by the tape)
+        self.engine_tangents = set()            # storage ids of tangents ``unpack_dual`` returned
+        self.cut = {}                           # tensor id -> tensor: aliases of recorded values autograd cut off
         self.exported = False                   # the input's values (or values from them) left for Python
         self.leaf_seen = False                  # a tensor holding the input's values was recorded as requiring grad
         self._read = []                         # per backward pass in progress: did it read a tracked tensor
@@ -87,21 +124,26 @@ class Provenance:
             self._assign(keys[:1], _key(inputs[1])[0])
             return
         in_keys = [_key(t)[0] for t in inputs]
-        from_derived = any(k in self.derived for k in in_keys)
+        from_derived = any(k in self.derived for k in in_keys) or any(t._cdata in self.cut for t in inputs)
         # Inside a torch.func transform the tensors seen here are unwrapped and never require
         # grad: what the transform records cannot be told apart, so all of it counts as recorded.
-        recorded = self.in_transform or (grad_on and any(t.requires_grad for t in inputs))
+        recorded = (self.in_transform or (grad_on and any(t.requires_grad for t in inputs))
+                    or _forward_ad_level() >= 0 and any(k in self.inputs or k in self.tracked for k in in_keys))
         if recorded:
             for tensor, key in zip(inputs, in_keys):
                 if tensor.requires_grad or self.in_transform:
                     self.tracked_ids[tensor._cdata] = tensor
                     self.leaf_seen = self.leaf_seen or key in self.inputs
-            if from_derived:
-                self._mark(keys, self.derived)
-            else:
-                for tensor, (key, _) in zip(outputs, keys):
-                    self.tracked.add(key)
-                    self.tracked_ids[tensor._cdata] = tensor
+            for tensor, (key, storage) in zip(outputs, keys):
+                if from_derived or name in _ZERO_DERIVATIVE or not _floating(tensor):
+                    self._mark([(key, storage)], self.derived)   # cut from the graph: a constant to backward
+                    continue
+                if key is not None and key not in self.inputs:     # a view of the input stays the input
+                    self.tracked[key] = storage
+                self.tracked_ids[tensor._cdata] = tensor
+            return
+        if any(k in self.tracked for k in in_keys):     # a recorded value, read where autograd does not record
+            self._mark(keys, self.derived)
             return
         from_inputs = any(k in self.inputs for k in in_keys)
         if not (from_derived or from_inputs):
@@ -127,6 +169,12 @@ class Provenance:
             return any(_key(source)[0] in self.inputs and source.shape == tensor.shape and source.dtype == tensor.dtype
                        and torch.equal(source.detach(), tensor.detach()) for source in inputs)
 
+    def cut_off(self, aliases):
+        """``.detach()`` / ``.data`` of a recorded value: the same numbers, a constant to autograd."""
+        for alias in aliases:
+            if _key(alias)[0] in self.tracked:
+                self.cut[alias._cdata] = alias
+
     def exporting(self, tensor):
         """Called by the tape's function mode for ``tolist``, ``numpy``, ``item``, ``float(...)``."""
         key = _key(tensor)[0]
@@ -139,6 +187,7 @@ class Provenance:
                 table[key] = storage
                 if table is self.derived:
                     self.inputs.pop(key, None)
+                    self.tracked.pop(key, None)
 
     def _assign(self, keys, source):
         for key, storage in keys:
@@ -178,7 +227,7 @@ class Provenance:
         self.runs += 1
         self._read.append(False)
         for tensor in grad_tensors:
-            if self._laundered(tensor, as_weight=False):
+            if self._laundered(tensor, as_weight=False) or self._from_input(tensor):
                 self.found["gradient"] += 1
 
     def end_run(self):
@@ -190,10 +239,15 @@ class Provenance:
             key = _key(tensor)[0]
             if self._laundered(tensor, as_weight=True):
                 self.found["weight"] += 1
+            elif tensor._cdata in self.cut:
+                self.found["weight"] += 1       # a recorded value cut from the graph (.detach(), .data)
             elif self._read and (key in self.tracked and key not in self.inputs
                                  or tensor._cdata in self.tracked_ids):
                 self._read[-1] = True
-        self.seen.update(_key(t)[0] for t in outputs)
+        for tensor in outputs:                  # what the engine writes is its own product
+            key = _key(tensor)[0]
+            self.seen.add(key)
+            self.tracked.pop(key, None)
 
     def _laundered(self, tensor, *, as_weight):
         key = _key(tensor)[0]
@@ -214,8 +268,42 @@ class Provenance:
 
     def returned(self, tensors):
         for tensor in tensors:
-            if _key(tensor)[0] in self.derived:
+            if self._from_input(tensor):
                 self.found["output"] += 1
+
+    def _from_input(self, tensor):
+        """Computed from the input's values by ops outside the engine, recorded or not (a tangent aside)."""
+        key = _key(tensor)[0]
+        return key in self.derived or (key in self.tracked and key not in self.engine_tangents)
+
+    # forward-mode AD: called by the tape's function mode
+    def seeded(self, tangent):
+        """``make_dual(primal, tangent)``: a tangent computed from the input is the derivative typed by hand."""
+        if torch.is_tensor(tangent) and (self._laundered(tangent, as_weight=False) or self._from_input(tangent)):
+            self.found["gradient"] += 1
+
+    def hooked(self, tensor):
+        """A gradient hook on a value computed from the input: it rewrites the derivative autograd computes."""
+        key = _key(tensor)[0]
+        if key in self.tracked or key in self.inputs or key in self.derived:
+            self.found["hook"] += 1
+
+    def unpacked(self, tangent):
+        """The tangent ``unpack_dual`` returned: forward-mode AD's product, unless it read a cut value."""
+        while torch.is_tensor(tangent) and _is_wrapped(tangent):     # torch.func.jvp unpacks inside its level
+            tangent = _unwrapped(tangent)
+        key = _key(tangent)[0] if torch.is_tensor(tangent) else None
+        if key is not None and key not in self.derived:
+            self.engine_tangents.add(key)
+            self.tracked.pop(key, None)
+
+    # optimizers: called by the tape when a watched ``step`` runs
+    def stepping(self, parameters):
+        """An optimizer is about to apply these parameters' ``.grad``: each must be the engine's product."""
+        for parameter in parameters:
+            grad = getattr(parameter, "grad", None)
+            if torch.is_tensor(grad) and self._from_input(grad):
+                self.found["step"] += 1
 
     def facts(self):
         # A pass that read nothing recorded from the input differentiated a function linear in it:

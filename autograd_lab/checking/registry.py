@@ -14,7 +14,7 @@ from .detectors import validate_detector
 from .methods import Method
 from .untouched import normalise as normalise_modifies
 
-COMPARE_KINDS = ("value", "state", "args", "grad")
+COMPARE_KINDS = ("value", "state", "args", "grad", "grad_mode")  # grad_mode: "state" without the output's
 KINDS = ("function", "value")
 _ID_PATTERN = re.compile(r"^\d\d\.[a-z][a-z0-9_]*$")
 _CALL_PATTERN = re.compile(r"^autograd_lab\.labs\.[a-z_][a-z0-9_.]*:[a-z_][a-z0-9_]*$")

@@ -299,8 +299,27 @@ class _DualTensors(TorchFunctionMode):
         if self.count_duals and getattr(func, "__name__", "") == "_make_dual":
             self.tape.dual_levels += 1
         ledger = self.tape.provenance
-        if ledger is not None and getattr(func, "__name__", "") in _EXPORTS and args and torch.is_tensor(args[0]):
+        name = getattr(func, "__name__", "")
+        if ledger is not None and name in _EXPORTS and args and torch.is_tensor(args[0]):
             ledger.exporting(args[0])
+        if ledger is not None and name == "_make_dual":
+            ledger.seeded(args[1] if len(args) > 1 else (kwargs or {}).get("tangent"))
+        # .detach() and .data seen where the answer calls them (autograd's own detaches, when it
+        # saves a result for backward, dispatch the same aten op and must not count)
+        if ledger is not None and (name == "detach" or name == "__get__" and getattr(func, "__self__", None) is _DATA):
+            result = self._call(ledger, func, args, kwargs)
+            ledger.cut_off([result])
+            return result
+        if ledger is not None and name == "register_hook" and args and torch.is_tensor(args[0]):
+            ledger.hooked(args[0])
+        if ledger is not None and name == "_unpack_dual":
+            result = self._call(ledger, func, args, kwargs)
+            ledger.unpacked(result[1])
+            return result
+        return self._call(ledger, func, args, kwargs)
+
+    @staticmethod
+    def _call(ledger, func, args, kwargs):
         if ledger is not None and _functorch_level() is not None:
             ledger.in_transform += 1
             try:
@@ -311,6 +330,7 @@ class _DualTensors(TorchFunctionMode):
 
 
 _functorch_level = torch._C._functorch.maybe_current_level
+_DATA = torch.Tensor.data               # its ``__get__`` is what ``.data`` calls
 _EXPORTS = frozenset(("tolist", "numpy", "item", "__float__", "__int__", "__index__", "__complex__", "__array__"))
 
 
@@ -456,6 +476,9 @@ class Tape:
             specs = [spec for signature, spec in self.watchlist.copies[code.co_name] if signature == mark]
         for spec in specs or ():
             self.ran[spec] += 1
+        if self.provenance is not None and code.co_name == "step":    # an optimizer about to apply .grad
+            groups = getattr(frame.f_locals.get("self"), "param_groups", None) or ()
+            self.provenance.stepping([p for group in groups for p in group.get("params", ())])
         if key in _COPIES and self.watchlist.classes:
             original = frame.f_locals.get("x")
             for cls, spec in self.watchlist.classes.items():
