@@ -624,8 +624,9 @@ register(Exercise(
                       _gives(_NO_LOCAL)),
         Misconception("difference_quotient",
                       "Your gradients are right only to a few digits: that is what a numerical derivative (a "
-                      "difference quotient of tanh) gives, not a derivative you worked out. Write d tanh(u)/du as "
-                      "a formula and use it in your node's `_backward`.",
+                      "difference quotient of tanh) gives, not a derivative you worked out, or a value computed in "
+                      "float32 (`torch.tensor(a.data)` is float32). Write d tanh(u)/du as a formula, in Python "
+                      "floats, and use it in your node's `_backward`.",
                       _only_roughly_right),
         Misconception("gradient_stopped",
                       "Your tanh node's `_backward` runs but adds nothing to its input's `.grad`: the gradient "
