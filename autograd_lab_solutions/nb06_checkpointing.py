@@ -319,6 +319,26 @@ def _own_hooks_count_typed(model, x):
     return loss, len(model) + 1
 
 
+def _own_hooks_measured(model, x):
+    """Real checkpoints, measured with hooks of one's own that count storages: the count is right, the tool is not."""
+    from torch.utils.checkpoint import checkpoint
+
+    kept, parameters = set(), {p.untyped_storage().data_ptr() for p in model.parameters()}
+
+    def pack(tensor):
+        if tensor.untyped_storage().nbytes() and tensor.untyped_storage().data_ptr() not in parameters:
+            kept.add(tensor.untyped_storage().data_ptr())
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        h = x
+        for block in model:
+            h = checkpoint(block, h, use_reentrant=False)
+        loss = h.pow(2).mean()
+    loss.backward()
+    return loss, len(kept)
+
+
 def _loss_outside_plus_one(model, x):
     """Adversarial round 4 (c06_half): the loss after the measurement, and its save added by hand."""
     loss, count = _mistaken_step(model, x, loss_inside=False)
@@ -381,6 +401,11 @@ register(Exercise(
                       "(or whichever hooks it runs under). Pass each block's checkpointed output on to the next "
                       "block and to the loss, and nothing else.",
                       lambda s, r, args: _seen(s, saved_check.KEPT_INSIDE_BLOCKS) > 0),
+        Misconception("own_hooks", "Your step pushed saved-tensor hooks of its own: hooks form a stack and only the "
+                      "innermost sees a save, so yours hide what your step saves from the course's measurement (and "
+                      "from the check). Measure with `saved_tensors(exclude=model.parameters())`, as the prompt says, "
+                      "and no other hooks.",
+                      lambda s, r, args: _seen(s, saved_check.OWN_HOOKS) > 0),
         Misconception("count_not_read", "Your count was not read from a `saved_tensors` measurement of your step: "
                       "return what `activations_kept(saved)` counts for the `saved_tensors(exclude=model."
                       "parameters())` block around your forward pass and loss, not a number worked out by hand "
@@ -402,8 +427,10 @@ register(Exercise(
                     note="the same forward for show, with the course's measurement around the checkpoints only"),
         WrongAnswer(_measured_count_typed, expect="count_not_read",
                     note="adversarial round 4 (c06_typed): the real measured step, the count typed beside it"),
-        WrongAnswer(_own_hooks_count_typed, expect="count_not_read",
+        WrongAnswer(_own_hooks_count_typed, expect="own_hooks",
                     note="adversarial round 4 (c06_ownhooks): own identity hooks instead of the measurement, typed"),
+        WrongAnswer(_own_hooks_measured, expect="own_hooks",
+                    note="a measurement of one's own hooks in place of the course's (round 3 accepted it)"),
         WrongAnswer(_loss_outside_plus_one, expect="loss_outside",
                     note="adversarial round 4 (c06_half): the loss outside the measurement, its save added by hand"),
         WrongAnswer(_checkpointed_typed_count, expect="count_not_measured",

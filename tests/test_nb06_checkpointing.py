@@ -98,7 +98,7 @@ def test_the_saved_check_counts_only_what_escaped_the_answers_own_measurement():
     model, x = nb06._frozen_input_model(0, hidden=False)
     blocks = len(model)
     loss, count, seen = _seen(nb06.checkpointed_step, model, x)
-    clean = {sc.OUTSIDE: 0, sc.AFTER: 0, sc.KEPT_INSIDE_BLOCKS: 0, sc.FROM_MEASUREMENT: True}
+    clean = {sc.OUTSIDE: 0, sc.AFTER: 0, sc.KEPT_INSIDE_BLOCKS: 0, sc.FROM_MEASUREMENT: True, sc.OWN_HOOKS: 0}
     assert count == blocks + 1 and seen == clean
     # the adversary's answer: every block checkpointed, the count typed; each checkpoint's input and the loss's escape
     assert _seen(nb06._checkpointed_typed_count, model, x)[2] == {**clean, sc.OUTSIDE: blocks + 1,
@@ -122,6 +122,10 @@ def test_the_saved_check_sees_checkpoints_for_show_and_counts_not_read_from_the_
     for typed in (nb06._measured_count_typed, nb06._own_hooks_count_typed):
         seen = _seen(typed, model, x)[2]
         assert seen[sc.FROM_MEASUREMENT] is False and seen[sc.OUTSIDE] == 0 and seen[sc.KEPT_INSIDE_BLOCKS] == 0
+    # hooks of one's own, identity or counting, are seen where they are pushed; the course's and checkpoints' are not
+    for own in (nb06._forshow_under_own_hooks, nb06._own_hooks_count_typed, nb06._own_hooks_measured):
+        assert _seen(own, model, x)[2][sc.OWN_HOOKS] == 1, own.__name__
+    assert torch._C._autograd._push_saved_tensors_default_hooks.__module__ != __name__   # put back
 
     # correct styles: the count read as saved.saves (pack calls), or a checkpoint of a lambda
     def by_saves(model, x):

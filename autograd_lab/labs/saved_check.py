@@ -13,6 +13,9 @@ for show beside an ordinary forward pass, so the check calls the answer through
   returned count must be what one of them counted (``activations_kept``, ``count`` or
   ``saves``), read from it, not a number typed beside it (or beside the answer's own
   identity hooks, which hide every save from the hooks above);
+* saved-tensor hooks the step pushed that are neither a ``saved_tensors`` measurement nor a
+  checkpoint's own: identity hooks of the answer's hide every save beneath them, from the
+  course's measurement and from the hooks above;
 * the activations made inside the model's blocks during the forward pass that were still
   alive when the backward began: a checkpoint keeps none of them (it keeps only its input
   and recomputes the rest), while an ordinary ``block(h)`` keeps every one that a node saved,
@@ -31,6 +34,7 @@ OUTSIDE = "saved outside your measurement"
 AFTER = "saved after your measurement ended"
 KEPT_INSIDE_BLOCKS = "block activations kept until backward"
 FROM_MEASUREMENT = "count read from your saved_tensors measurement"
+OWN_HOOKS = "saved-tensor hooks of your own"
 
 
 class BlocksRanWithoutGrad(RuntimeError):
@@ -40,20 +44,20 @@ class BlocksRanWithoutGrad(RuntimeError):
 def step_with_unmeasured_saves(answer, model, x):
     """``answer(model, x)``, and after what it returned, a dict of what the check saw (the module's docstring).
 
-    Returns ``(*result, {OUTSIDE: n, AFTER: m, KEPT_INSIDE_BLOCKS: k, FROM_MEASUREMENT: bool})``;
-    the reference's is ``{0, 0, 0, True}``.
+    Returns ``(*result, {OUTSIDE: n, AFTER: m, KEPT_INSIDE_BLOCKS: k, FROM_MEASUREMENT: bool, OWN_HOOKS: h})``;
+    the reference's is ``{0, 0, 0, True, 0}``.
     """
     parameters = {_storage(p) for p in model.parameters()}
     missed, after = set(), set()
 
-    with _measurements() as opened, _block_activations(model) as blocks:
-        def pack(tensor):
-            if tensor.untyped_storage().nbytes() > 0 and _storage(tensor) not in parameters:
-                missed.add(_storage(tensor))
-                if opened.all and all(m in opened.ended for m in opened.all):
-                    after.add(_storage(tensor))
-            return tensor
+    def pack(tensor):
+        if tensor.untyped_storage().nbytes() > 0 and _storage(tensor) not in parameters:
+            missed.add(_storage(tensor))
+            if opened.all and all(m in opened.ended for m in opened.all):
+                after.add(_storage(tensor))
+        return tensor
 
+    with _measurements() as opened, _block_activations(model) as blocks, _hooks_pushed(pack) as own_hooks:
         try:
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
                 result = answer(model, x)
@@ -68,8 +72,36 @@ def step_with_unmeasured_saves(answer, model, x):
     result = tuple(result) if isinstance(result, (tuple, list)) else (result,)
     count = result[1] if len(result) > 1 else None
     seen = {OUTSIDE: len(missed), AFTER: len(after), KEPT_INSIDE_BLOCKS: blocks.kept_at_backward,
-            FROM_MEASUREMENT: opened.counted(count)}
+            FROM_MEASUREMENT: opened.counted(count), OWN_HOOKS: len(own_hooks)}
     return (*result, seen)
+
+
+@contextmanager
+def _hooks_pushed(checkers_pack):
+    """The pack hooks of the saved-tensor hooks the step pushed, other than a measurement's, a checkpoint's or ours.
+
+    Every push goes through ``torch._C._autograd._push_saved_tensors_default_hooks`` (what
+    ``saved_tensors_hooks`` calls when entered), replaced for the call only. A checkpoint's
+    hooks are functions of ``torch.utils.checkpoint`` (on some releases wrapped by dynamo,
+    which keeps their module). Not seen: the builtin called through a reference taken before
+    the check ran.
+    """
+    module = torch._C._autograd
+    original = module._push_saved_tensors_default_hooks
+    own = []
+
+    def push(pack_hook, unpack_hook):
+        measurement = getattr(pack_hook, "__self__", None)
+        if not (pack_hook is checkers_pack or isinstance(measurement, saved_tensors)
+                or getattr(pack_hook, "__module__", None) == "torch.utils.checkpoint"):
+            own.append(pack_hook)
+        return original(pack_hook, unpack_hook)
+
+    module._push_saved_tensors_default_hooks = push
+    try:
+        yield own
+    finally:
+        module._push_saved_tensors_default_hooks = original
 
 
 class _Opened:
