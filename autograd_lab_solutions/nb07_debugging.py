@@ -561,6 +561,18 @@ def _pre_hooks(f, x):
     return found[0] if found else None
 
 
+def _received_in_hook(f, x):
+    # Adversarial round 4 (n_gout): a node's hook, but testing grad_outputs (what it received); node.name().
+    x = _leaf(x)
+    out = f(x)
+    found = []
+    for node in _nodes(out):
+        node.register_hook(lambda grads_in, grads_out, node=node: found.append(node.name())
+                           if any(g is not None and not torch.isfinite(g).all() for g in grads_out) else None)
+    out.backward()
+    return found[0] if found else None
+
+
 def _last_op(f, x):
     # One backward; when x.grad is not finite, blames the output's own node.
     x = _leaf(x)
@@ -657,7 +669,8 @@ register(Exercise(
         Misconception("received_not_produced",
                       "You named a node that received a non-finite gradient: the node before it in backward's "
                       "order produced it. A pre-hook sees what a node receives; a hook sees what it computed.",
-                      _same_as(_pre_hooks)),
+                      lambda student, reference, args: _same_as(_pre_hooks)(student, reference, args)
+                      or _same_as(_received_in_hook)(student, reference, args)),
         Misconception("called_by_hand",
                       "Your function computed the gradients itself, calling the graph's nodes by hand (or reading "
                       "what they saved), instead of watching the backward the engine runs. The checks' functions "
@@ -683,6 +696,7 @@ register(Exercise(
         WrongAnswer(_anomaly_names, expect="nan_only", note="anomaly mode: NaN only"),
         WrongAnswer(_nan_only, expect="nan_only", note="node hooks that test isnan"),
         WrongAnswer(_pre_hooks, expect="received_not_produced"),
+        WrongAnswer(_received_in_hook, expect="received_not_produced", note="a hook that tests grad_outputs (n_gout)"),
         WrongAnswer(_last_op, expect="last_op"),
         WrongAnswer(_first_op, expect="first_op"),
         WrongAnswer(_forward_check, expect="backward_calls", note="looks at the forward value, runs no backward"),

@@ -34,8 +34,10 @@ def mismatch_device():
 
     ``meta`` tensors have a shape and a dtype but no data; the ops of a small model check
     their devices there too, so notebook 07's mismatch is a real error on any machine.
-    Returns ``(device, start)``: ``start`` is how that device's mismatch message begins.
+    Returns ``(device, starts)``: how that device's mismatch message may begin (on ``meta``
+    it names the tensor that is on the wrong device first: the CPU one, or the ``meta`` one).
     """
     if torch.cuda.is_available():
-        return torch.device("cuda"), "Expected all tensors to be on the same device"
-    return torch.device("meta"), "Tensor on device "
+        return torch.device("cuda"), ("Expected all tensors to be on the same device",)
+    return torch.device("meta"), ("Tensor on device meta is not on the expected device cpu",
+                                  "Tensor on device cpu is not on the expected device meta")
