@@ -646,6 +646,15 @@ def _sgd_forged_out_of_sight(params, lr, weight_decay):
             p.grad = None
 
 
+def _sgd_decay_after_step(params, lr, weight_decay):
+    with torch.no_grad():
+        for p in params:
+            if p.grad is not None:
+                p.sub_(lr * p.grad)                           # adversarial round 4 (slip): the decay reads the
+                p.sub_(lr * weight_decay * p)                 # parameter the gradient step already moved
+                p.grad = None
+
+
 def _sgd_fused_kernel(params, lr, weight_decay):
     stepped = [p for p in params if p.grad is not None]          # adversarial round 4 (A1): the kernel that
     torch._fused_sgd_(stepped, [p.grad for p in stepped], [],     # SGD(fused=True) runs, without torch.optim code
@@ -722,6 +731,16 @@ def _without_weight_decay(student, reference, args, *, student_run, reference_ru
                                for before, ours, theirs in steps)
 
 
+def _decay_after_step(student, reference, args, *, student_run, reference_run):
+    """Each stepped parameter is (p - lr g)(1 - lr wd): the decay computed from the already-updated p."""
+    lr, weight_decay = args[1], args[2]
+    steps = [(b, o, t) for b, o, t in _steps(args, student_run, reference_run) if not torch.equal(b, t)]
+    def slipped(before, theirs):
+        grad = (before - theirs) / lr - weight_decay * before   # the reference stepped by lr (grad + wd before)
+        return (before - lr * grad) * (1 - lr * weight_decay)
+    return bool(steps) and all(torch.allclose(ours, slipped(before, theirs), atol=1e-5) for before, ours, theirs in steps)
+
+
 def _grad_mode_forced_on(student, reference, args, *, student_run, reference_run):
     """Called with grad mode off (the last argument), the parameters right: what differs is the mode left on."""
     pairs = list(zip(student_run.args_after[0], reference_run.args_after[0]))
@@ -783,6 +802,12 @@ register(Exercise(
             "alone, where the prompt adds `weight_decay · p` to the gradient first.",
             _without_weight_decay),
         Misconception(
+            "decay_after_step",
+            "Your step applies the weight decay after the gradient step, to the parameter that step already moved: "
+            "both terms of `lr · (p.grad + weight_decay · p)` read the parameter as it was before this step. "
+            "Compute the whole update first, then write it once.",
+            _decay_after_step),
+        Misconception(
             "step_scaled",
             "Your step points the right way but has another size than `lr · (p.grad + weight_decay · p)`: is the "
             "learning rate taken from the argument, or fixed in the code?",
@@ -817,6 +842,8 @@ register(Exercise(
         WrongAnswer(_sgd_no_weight_decay, expect="no_weight_decay", note="the decay term forgotten"),
         WrongAnswer(_sgd_fixed_lr, expect="step_scaled", note="adversarial round 1: lr fixed at 0.1, round 1's only lr"),
         WrongAnswer(_sgd_by_optimizer, expect="used_optimizer", note="adversarial round 1 and issue 20: torch.optim.SGD"),
+        WrongAnswer(_sgd_decay_after_step, expect="decay_after_step",
+                    note="adversarial round 4 (slip): decay after the step; it was named a factor of '1 times'"),
         WrongAnswer(_sgd_fused_kernel, expect="used_optimizer",
                     note="adversarial round 4 (A1): torch._fused_sgd_, the fused optimizer kernel, called directly"),
         WrongAnswer(_sgd_through_data, expect="data_write", note="the silent .data update the lab warns about"),

@@ -38,3 +38,11 @@ def _detach_for_a_check_only(x):
 def test_right_squashes_pass_the_caller_with_detach_kept_in_the_graph(squash):
     x = _x()
     assert torch.allclose(squash_with_second_derivative(squash, x), nb04.squash(x))
+
+
+def test_a_factor_within_one_percent_of_one_is_not_called_a_sum_or_mean_factor():
+    # adversarial round 4, 04.sgd_step: the decay applied after the step was reported as "1 times the expected one"
+    from autograd_lab.checking.compare import _best_factor
+    r = torch.linspace(1, 2, 5, dtype=torch.float64)
+    assert _best_factor(r * (1 - 0.05 * 0.01), r) is None
+    assert _best_factor(r * 3, r) == pytest.approx(3) and _best_factor(r / 4, r) == pytest.approx(0.25)
