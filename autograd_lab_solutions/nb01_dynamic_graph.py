@@ -374,6 +374,17 @@ _NO_LOCAL = _wrong_tanh("a.grad += out.grad")
 _STOPPED = _wrong_tanh("pass")
 
 
+def _float32_forward(a):
+    """The forward value from torch.tanh on a float32 tensor: the right formula, right only to about 1e-8."""
+    t = torch.tanh(torch.tensor(a.data)).item()
+    out = Value(t, (a,), "tanh")
+
+    def _backward():
+        a.grad += (1 - t * t) * out.grad
+    out._backward = _backward
+    return out
+
+
 def _gives(wrong_tanh):
     """A detector: the student's numbers are what ``wrong_tanh`` gives in this case's expression.
 
@@ -657,6 +668,7 @@ register(Exercise(
         WrongAnswer(_tanh_with_local(_complex_step_torch), expect="finite_differences",
                     note="complex step with torch.tanh on a complex tensor"),
         WrongAnswer(_tanh_with_local(_complex_step_mpmath), expect="finite_differences", note="complex step with mpmath"),
+        WrongAnswer(_float32_forward, expect="difference_quotient", note="tanh computed in float32 by torch"),
         WrongAnswer(_tanh_never_attached, expect="typed_formula", note="closure never attached"),
         WrongAnswer(_tanh_without_parent, expect="typed_formula", note="a node without its input"),
     ),
