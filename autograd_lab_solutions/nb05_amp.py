@@ -61,13 +61,6 @@ def _overflows(student, args):
     return bool((args[0].double() * float(student)).to(torch.float16).isinf().any())
 
 
-def _sign_missed(student, args):
-    """Overflow from a scale fitted to the largest *positive* gradient while the largest |gradient| is negative."""
-    grads = args[0]
-    return (_overflows(student, args) and grads.min().item() < -grads.max().item()
-            and float(student) == _scale_for(grads.max().item()))
-
-
 def _is_power_of_two(value):
     return value > 0 and math.log2(value).is_integer()
 
@@ -112,10 +105,8 @@ register(Exercise(
     ),
     misconceptions=(
         Misconception("overflow", "With this scale the largest gradient becomes inf in float16: the step "
-                      "would be skipped.", lambda s, r, args: _overflows(s, args)),
-        Misconception("sign_missed", "The gradient that overflows here is negative: overflow depends on a "
-                      "gradient's size, not its sign.",
-                      lambda s, r, args: float(s) != 2 * float(r) and _sign_missed(s, args)),
+                      "would be skipped. Overflow depends on a gradient's size, not its sign: the one that "
+                      "overflows may be negative.", lambda s, r, args: _overflows(s, args)),
         Misconception("not_power_of_two", "Return a power of two (by default GradScaler moves its scale by "
                       "factors of 2, and a power of two scales exactly, without rounding any gradient).",
                       lambda s, r, args: not _is_power_of_two(float(s))),
