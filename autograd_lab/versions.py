@@ -246,9 +246,16 @@ def quiet_untaught_warnings():
     warnings.filterwarnings("ignore", category=FutureWarning, message=r"`?torch\.jit\.script`? is deprecated")
     # torch 2.13: the same warning is a DeprecationWarning (visible under -W default or when run from __main__).
     warnings.filterwarnings("ignore", category=DeprecationWarning, message=r"`?torch\.jit\.script`? is deprecated")
-    # torch 2.10 to 2.12: every first torch.profiler.profile() warns that the profiler "clears events at the end of
-    # each cycle", because prepare_trace checks for an earlier profiler after creating one (read from the 2.10.0,
-    # 2.11.0, 2.12.1 and 2.14.0 wheels; seen on 2.11.0 on an H100; 2.13.0 checks first).  One `with profile()`
-    # block is one cycle: nothing a lab reads is cleared.
+    hide_profiler_cycle_warning()
+
+
+def hide_profiler_cycle_warning():
+    """Hide the spurious warning of torch 2.10 to 2.12 on every first ``torch.profiler.profile()``.
+
+    It says the profiler "clears events at the end of each cycle", because ``prepare_trace`` checks for
+    an earlier profiler after creating one (read from the 2.10.0, 2.11.0, 2.12.1 and 2.14.0 wheels; seen
+    on 2.11.0 on an H100 and 2.12.1; 2.13.0 checks first).  One ``with profile()`` block is one cycle:
+    nothing a lab reads is cleared.  The lab helpers that profile call it inside ``catch_warnings``.
+    """
     warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.profiler\.profiler",
                             message=r"Warning: Profiler clears events at the end of each cycle")

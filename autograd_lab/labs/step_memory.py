@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from autograd_lab import versions
+
 TERMS = (
     "kept by checkpoints",       # inputs of checkpointed segments, but the first (x existed before)
     "saved by the last segment",  # its input and its tanh outputs
@@ -188,8 +190,10 @@ class MeasuredPeak:
 def quiet_profiler():
     """Keep kineto (the profiler's backend) off stderr: from torch 2.13 it prints its start and stop
     markers there at every log level below 6, and the course's cells keep stderr for warnings.
-    Must run before the first profile of the process; a level the user set is left alone."""
+    Must run before the first profile of the process; a level the user set is left alone.
+    Also hides torch 2.10-2.12's spurious warning on every first profile (``versions``)."""
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+    versions.hide_profiler_cycle_warning()
 
 
 _NODE_PREFIX = "autograd::engine::evaluate_function: "
