@@ -103,8 +103,8 @@ _BEHAVIOURS = (
         Variant("0", "One of the differentiated Tensors appears to not have been used in the graph",
                 "says \"One of the differentiated Tensors appears to not have been used in the graph\""),
         Variant("2.13.0", "The differentiated Tensor at index",
-                "says \"The differentiated Tensor at index 1 appears to not have been used in the graph\", "
-                "naming the unused input's position"),
+                "says \"The differentiated Tensor at index N appears to not have been used in the graph\", "
+                "N being the position of the first unused input"),
     )),
     Behaviour("version_error_names", "how the in-place (version counter) error names the op behind a saved tensor", (
         Variant("0", "{op}Backward0", "names its autograd node (\"output 0 of SigmoidBackward0\")"),
