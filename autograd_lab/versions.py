@@ -246,6 +246,10 @@ def quiet_untaught_warnings():
     warnings.filterwarnings("ignore", category=FutureWarning, message=r"`?torch\.jit\.script`? is deprecated")
     # torch 2.13: the same warning is a DeprecationWarning (visible under -W default or when run from __main__).
     warnings.filterwarnings("ignore", category=DeprecationWarning, message=r"`?torch\.jit\.script`? is deprecated")
+    # every release: the first torch.cuda.set_sync_debug_mode call of a process warns that the mode is a
+    # prototype (a C++ warn-once, so a second call, or a re-run cell, never sees it); notebook 05 says so in prose.
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.cuda\Z",
+                            message=r"Synchronization debug mode is a prototype feature")
     hide_profiler_cycle_warning()
 
 

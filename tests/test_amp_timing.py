@@ -121,12 +121,23 @@ def _facts(capability, fp16=2.0, bf16=None, tf32=1.0, forced=0.0, weights=1.05, 
     ("V100 (7.0)", _facts(7.0, fp16=2.2, tf32=1.0), {"fp16"}),
     ("A100 (8.0)", _facts(8.0, fp16=3.5, bf16=3.5, tf32=2.5), {"fp16", "bf16", "tf32"}),
     ("H100 (9.0)", _facts(9.0, fp16=2.3, bf16=2.3, tf32=2.0), {"fp16", "bf16", "tf32"}),
-    ("H100 in an NGC container", _facts(9.0, fp16=1.1, bf16=1.1, tf32=1.0, forced=1.0), set()),
+    # the fp32 row sets allow_tf32 off, which wins over the override: strict there too
+    ("H100 in an NGC container", _facts(9.0, fp16=2.3, bf16=2.3, tf32=2.0, forced=1.0), {"fp16", "bf16", "tf32"}),
     ("P100 (6.0, no tensor cores)", _facts(6.0, fp16=1.0, tf32=1.0), set()),
 ])
 def test_gpu_expectations_assert_only_what_the_device_has_units_for(gpu, facts, speed_claims):
     claims = amp_timing.gpu_expectations(facts)
-    asserted_speed = {mode for mode in amp_timing.TENSOR_CORES if any(c.startswith(f"{mode} beats") for c in claims)}
+    asserted_speed = {mode for mode in amp_timing.TENSOR_CORES if any(f"): {mode} beats" in c for c in claims)}
     assert asserted_speed == speed_claims, gpu
     assert all(claims.values()), gpu            # the plausible figures above pass on each device
     assert len(claims) == 2 + len(speed_claims)
+
+
+@pytest.mark.parametrize("enabled", [False, True])
+def test_matmul_tf32_leaves_every_switch_as_it_found_it(enabled):
+    # from torch 2.9 writing allow_tf32 moves matmul.fp32_precision for good; the block writes it back too
+    from autograd_lab.labs.precision import tf32_settings
+    before = tf32_settings()
+    with amp_timing._matmul_tf32(enabled):
+        assert torch.backends.cuda.matmul.allow_tf32 is enabled
+    assert tf32_settings() == before

@@ -2,8 +2,8 @@
 
 The modes are the four ways to run a matmul-heavy model:
 
-* ``fp32``: plain float32 (TF32 off, so CUDA matmuls are true float32, unless the
-  environment forces TF32: ``precision.tf32_forced()``);
+* ``fp32``: plain float32 (TF32 set off for the row, so CUDA matmuls are true float32, also
+  where ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1`` makes TF32 the default: the variable sets only the default);
 * ``tf32``: float32 tensors, TF32 tensor-core matmuls (CUDA only);
 * ``bf16``: autocast to bfloat16, no loss scaling;
 * ``fp16``: autocast to float16 with a ``GradScaler``.
@@ -69,6 +69,26 @@ def _step(model, optimizer, scaler, x, y, mode, device):
     scaler.update()
 
 
+@contextlib.contextmanager
+def _matmul_tf32(enabled):
+    """Set ``torch.backends.cuda.matmul.allow_tf32`` inside the block; afterwards every switch reads as before.
+
+    From torch 2.9, writing ``allow_tf32`` also moves the newer ``matmul.fp32_precision`` switch (from
+    "none" to "ieee" or "tf32"), and writing ``allow_tf32`` back does not undo that: so that switch is
+    saved and written back too, where this torch has it.
+    """
+    matmul = torch.backends.cuda.matmul
+    previous_tf32 = matmul.allow_tf32
+    previous_precision = getattr(matmul, "fp32_precision", None)
+    matmul.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        matmul.allow_tf32 = previous_tf32
+        if previous_precision is not None:
+            matmul.fp32_precision = previous_precision
+
+
 def measure_precision(model, x, y, mode, *, repeat=5, device="cpu"):
     """Time one SGD training step of ``model`` on ``(x, y)`` in ``mode``; parameters stay float32."""
     _check_mode(mode, device)
@@ -77,21 +97,15 @@ def measure_precision(model, x, y, mode, *, repeat=5, device="cpu"):
     scaler = torch.amp.GradScaler(torch.device(device).type, enabled=mode == "fp16")
     with saved_tensors(exclude=model.parameters()) as saved:
         _loss(model, x, y, mode, device)
-    # TF32 is a CUDA switch: a CPU run leaves it alone (from torch 2.9, writing allow_tf32 also moves the
-    # newer fp32_precision switch from "none" to "ieee", which writing allow_tf32 back does not undo)
-    previous_tf32 = torch.backends.cuda.matmul.allow_tf32
-    if is_cuda:
-        torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
-    try:
+    # TF32 is a CUDA switch: a CPU run leaves it alone.  The fp32 row sets it off, so it is strict float32
+    # even where TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 made TF32 the default (the variable sets only the default).
+    with _matmul_tf32(mode == "tf32") if is_cuda else contextlib.nullcontext():
         if is_cuda:
             torch.cuda.synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)
         seconds = time_it(lambda: _step(model, optimizer, scaler, x, y, mode, device),
                           repeat=repeat, device=device)
         peak = torch.cuda.max_memory_allocated(device) if is_cuda else None
-    finally:
-        if is_cuda:
-            torch.backends.cuda.matmul.allow_tf32 = previous_tf32
     return PrecisionRow(mode, seconds, x.shape[0] / seconds, saved.nbytes, peak)
 
 
@@ -280,7 +294,8 @@ def gpu_expectations(facts):
     activations dominate the peak when activations do (every GPU).  Speed: a mode
     beats strict float32 by ``MIN_GAIN`` only on a GPU with tensor cores for it
     (``TENSOR_CORES``: float16 from compute capability 7.0, bfloat16 and TF32 from
-    8.0), and only when strict float32 really is strict (no ``tf32_forced``).
+    8.0).  Strict float32 is strict also where ``tf32_forced``: ``measure_precision`` sets
+    ``allow_tf32`` off for that row, which wins over the override (the variable sets only the default).
     """
     claims = {
         "weights dominate: float16's peak is above 0.9 of float32's (16-bit weight copies)":
@@ -288,8 +303,6 @@ def gpu_expectations(facts):
         "activations dominate: float16's peak is below 0.75 of float32's (halved activations)":
             facts["fp16_peak_over_fp32_activations"] < 0.75,
     }
-    if facts.get("tf32_forced"):
-        return claims   # the "strict" row ran TF32: no speed-up over it is promised
     for mode, first in TENSOR_CORES.items():
         ratio = facts.get(f"{mode}_speedup_over_strict_fp32")
         if ratio is not None and facts["compute_capability"] >= first:

@@ -63,12 +63,15 @@ def tf32_settings():
     return settings
 
 
-def tf32_settings_in_new_process(environ):
+def tf32_settings_in_new_process(environ, *, set_strict=False):
     """``tf32_settings()`` as a new Python process sees them with ``environ`` added to this one's environment.
 
     torch reads ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE`` when it is imported, so only a new process shows its effect.
+    With ``set_strict`` the process first sets ``torch.backends.cuda.matmul.allow_tf32 = False`` itself.
     """
-    script = "import json; from autograd_lab.labs.precision import tf32_settings; print(json.dumps(tf32_settings()))"
+    strict = "import torch; torch.backends.cuda.matmul.allow_tf32 = False; " if set_strict else ""
+    script = (f"import json; {strict}from autograd_lab.labs.precision import tf32_settings; "
+              "print(json.dumps(tf32_settings()))")
     done = subprocess.run([sys.executable, "-c", script], env={**os.environ, **environ},
                           capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
