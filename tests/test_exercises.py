@@ -1351,6 +1351,20 @@ def test_a_recorder_switched_off_fails_the_method():
     assert "switched off" in check("99.sample", pops_the_mode).messages[0]
     make("99.required", method=uses_autograd())
     assert "switched off" in check("99.required", pops_the_mode).messages[0]
+
+    def own_mode_then_pops_one_more(x):
+        from torch.utils._python_dispatch import _pop_mode
+        from torch.utils.flop_counter import FlopCounterMode
+        with FlopCounterMode(display=False):
+            _pop_mode()                   # its own mode: fine; the exit then pops a checker's mode
+            return cube_grad(x)
+    assert "switched off" in check("99.sample", own_mode_then_pops_one_more).messages[0]
+
+    def own_mode(x):                      # a dispatch mode of the answer's own pushes and pops itself
+        from torch.utils.flop_counter import FlopCounterMode
+        with FlopCounterMode(display=False):
+            return cube_grad(x)
+    assert check("99.sample", own_mode).status == "passed"
     assert check("99.sample", cube_grad).status == "passed"          # and the session is whole again
     assert system.getprofile() is None and not torch._C._len_torch_dispatch_stack()
 

@@ -162,3 +162,34 @@ def test_the_reentrant_checkpoint_on_a_frozen_input_is_named_not_a_missing_requi
     with pytest.raises(BlocksRanWithoutGrad, match="use_reentrant=False") as raised:
         _seen(lambda m, t: nb06._mistaken_step(m, t, reentrant=True), model, x)
     assert "requires_grad_()" not in str(raised.value) and "does not require grad" not in str(raised.value)
+
+
+def test_correct_steps_under_a_dispatch_mode_of_their_own_pass():
+    # adversarial round 5 (adv-05-08-r4: c06i, c06p, c06r): a mode the answer pushes and pops itself was called
+    # "switched off one of the checker's recorders", and these correct steps scored 0
+    import functools
+
+    from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from autograd_lab.checking import check
+
+    def step(model, x, **options):
+        with saved_tensors(exclude=model.parameters()) as saved:
+            h = x
+            for block in model:
+                h = checkpoint(block, h, use_reentrant=False, **options)
+            loss = h.pow(2).mean()
+        loss.backward()
+        return loss, activations_kept(saved)
+
+    recompute_all = functools.partial(create_selective_checkpoint_contexts,
+                                      lambda ctx, op, *args, **kwargs: CheckpointPolicy.PREFER_RECOMPUTE)
+
+    def counted(model, x):
+        with FlopCounterMode(display=False):
+            return step(model, x)
+    for name, answer in {"selective": lambda m, x: step(m, x, context_fn=recompute_all),
+                         "debug": lambda m, x: step(m, x, debug=True), "flop counter": counted}.items():
+        result = check("06.checkpointed_step", answer, timeout=120)
+        assert result.status == "passed", (name, result.messages)

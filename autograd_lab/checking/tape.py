@@ -401,8 +401,11 @@ def _builtins(names):
 _ESCAPES = _builtins(["_thread.start_new_thread", "_thread.start_joinable_thread", "os.fork", "os.forkpty",
                       "os.posix_spawn", "os.posix_spawnp", "os.system", "os.execv", "os.execve",
                       "_posixsubprocess.fork_exec"])
-_SWITCH_OFFS = _builtins(["sys.setprofile", "torch._C._pop_torch_dispatch_stack", "torch._C._unset_dispatch_mode",
-                          "torch._C._set_dispatch_mode"])
+_SWITCH_OFFS = _builtins(["sys.setprofile", "torch._C._unset_dispatch_mode", "torch._C._set_dispatch_mode"])
+# A dispatch mode of the answer's own (FlopCounterMode, selective checkpointing's context_fn, checkpoint's
+# debug=True) pushes itself and pops itself: only a pop beyond the answer's own pushes takes off a recorder.
+_MODE_PUSHES = _builtins(["torch._C._push_on_torch_dispatch_stack"])
+_MODE_POPS = _builtins(["torch._C._pop_torch_dispatch_stack"])
 _GC_CALLS = _builtins(["gc.collect", "gc.enable", "gc.freeze"])   # would hide the objects the call made
 _DUAL_LEVELS = _builtins(["torch._C._enter_dual_level"])
 _COPIES = {id(copy.deepcopy.__code__), id(copy.copy.__code__)}
@@ -494,6 +497,13 @@ class Tape:
             self.escapes.append(_ESCAPES[key][0])
         elif key in _SWITCH_OFFS:
             self.switched_off.append(_SWITCH_OFFS[key][0])
+        elif key in _MODE_PUSHES:
+            self._own_modes += 1
+        elif key in _MODE_POPS:
+            if self._own_modes:
+                self._own_modes -= 1
+            else:
+                self.switched_off.append(_MODE_POPS[key][0])
         elif key in _GC_CALLS and self._young is not None:
             self.switched_off.append(_GC_CALLS[key][0])
 
@@ -514,7 +524,9 @@ class Tape:
         self._chained = self._previous_profile if isinstance(self._previous_profile, types.FunctionType) else None
         self._previous_thread_profile = threading.getprofile() if hasattr(threading, "getprofile") else None
         self._codes = set(self.watchlist.code) | (_COPIES if self.watchlist.classes else set())
-        self._builtins = set(self.watchlist.builtins) | set(_DUAL_LEVELS) | set(_ESCAPES) | set(_SWITCH_OFFS) | (
+        self._own_modes = 0
+        self._builtins = set(self.watchlist.builtins) | set(_DUAL_LEVELS) | set(_ESCAPES) | set(_SWITCH_OFFS) | \
+            set(_MODE_PUSHES) | set(_MODE_POPS) | (
             set(_GC_CALLS) if self._young is not None else set())
         self._mode = _Ops(self)
         self._mode.__enter__()
