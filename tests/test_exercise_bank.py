@@ -338,14 +338,39 @@ def _zero_grad_after_step(w0, x, y, lr, steps, k):
     return w
 
 
+def _cube_create_graph_detached(x):
+    y = x.detach().clone().requires_grad_()
+    (g,) = torch.autograd.grad(y.pow(3).sum(), y, create_graph=True)
+    return g.detach()
+
+
+def _vjp_create_graph_detached(W, x, v):
+    Wl = W.detach().clone().requires_grad_()
+    (g,) = torch.autograd.grad([torch.tanh(Wl @ x)], [Wl], [v], create_graph=True)
+    return g.detach()
+
+
+def _accumulated_create_graph_detached(w, x, y, k):
+    wl = w.detach().clone().requires_grad_()
+    for xm, ym in zip(x.chunk(k), y.chunk(k)):
+        (F.mse_loss(xm @ wl, ym) / k).backward(create_graph=True)
+    return wl.grad.detach()
+
+
 @pytest.mark.parametrize("exercise_id,answer", [
+    # round 5 (adv-00-04-r4: cg_j, vj_i, ag_g): a gradient taken with create_graph=True, returned detached,
+    # was called a laundered formula (the detach of the engine's product counted as a recorded op's output)
+    ("00.cube_grad", _cube_create_graph_detached),
+    ("02.vjp", _vjp_create_graph_detached),
+    ("03.accumulated_grad", _accumulated_create_graph_detached),
     ("00.cube_grad", _forward_mode_cube),                                   # round 4 A3: was "laundered"
     ("00.cube_grad", lambda x: torch.func.jacfwd(lambda t: (t ** 3).sum())(x)),
     ("00.cube_grad", lambda x: torch.func.grad(lambda t: (t ** 3).sum())(x)),   # requires grad where x does
     ("02.vjp", _vjp_by_torch_func),
     ("03.accumulated_grad", _micro_batch_grads_summed),
     ("03.train", _zero_grad_after_step),
-], ids=["cube-forward_ad", "cube-jacfwd", "cube-torch.func.grad", "vjp-torch.func", "accumulated-autograd.grad", "train-zero_grad-after"])
+], ids=["cube-create_graph-detached", "vjp-create_graph-detached", "accumulated-create_graph-detached",
+        "cube-forward_ad", "cube-jacfwd", "cube-torch.func.grad", "vjp-torch.func", "accumulated-autograd.grad", "train-zero_grad-after"])
 def test_correct_styles_pass_public_and_hidden(exercise_id, answer):
     result = _check_everything(next(e for e in EXERCISES if e.id == exercise_id), answer)
     assert result.status == "passed" and result.hidden_total and result.hidden_passed == result.hidden_total, repr(result)

@@ -47,6 +47,8 @@ import importlib
 
 import torch
 
+# Ops that alias their input without computing: a detached alias of a value keeps what the value is.
+_ALIASES = frozenset(("aten::detach", "aten::alias"))
 # Ops whose outputs depend on their inputs' shape, dtype and device, never on their values.
 _METADATA = frozenset(f"aten::{name}" for name in (
     "ones_like", "zeros_like", "empty_like", "full_like", "rand_like", "randn_like", "randint_like",
@@ -99,6 +101,7 @@ class Provenance:
         self.runs = self.runs_unread = 0
         self.in_transform = 0                   # > 0 inside a ``torch.func`` transform (set by the tape)
         self.engine_tangents = set()            # storage ids of tangents ``unpack_dual`` returned
+        self.engine_products = set()            # storage ids the engine's backward ops wrote
         self.cut = {}                           # tensor id -> tensor: aliases of recorded values autograd cut off
         self.exported = False                   # the input's values (or values from them) left for Python
         self.leaf_seen = False                  # a tensor holding the input's values was recorded as requiring grad
@@ -117,6 +120,8 @@ class Provenance:
         self.seen.update(key for key, _ in keys)
         if name in _METADATA:
             return
+        if name in _ALIASES and inputs and self._engine_product(_key(inputs[0])[0]):
+            return      # a detached alias of the engine's product is its product (create_graph=True, then .detach())
         if name == "aten::lift_fresh":
             self._lifted(outputs)
             return
@@ -248,6 +253,10 @@ class Provenance:
             key = _key(tensor)[0]
             self.seen.add(key)
             self.tracked.pop(key, None)
+            self.engine_products.add(key)
+
+    def _engine_product(self, key):
+        return key is not None and key in self.engine_products and key not in self.derived and key not in self.tracked
 
     def _laundered(self, tensor, *, as_weight):
         key = _key(tensor)[0]
