@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from autograd_lab.checking import Exercise, Misconception, WrongAnswer, no_grad_scaler, register
+from autograd_lab_solutions._mutants import mutant
 
 _FLOAT16_INF = 65520.0   # float16 rounds |x| >= 65520 to inf; below, at most to 65504, its largest value
 
@@ -413,18 +414,8 @@ def _no_reset(init_scale, found_inf, growth_interval):
     return scales
 
 
-def _floor_division_backoff(init_scale, found_inf, growth_interval):
-    """Adversary (adv-05-08-r3, ns_int.py): the backoff written ``scale // 2``, right only on even integers."""
-    scale, clean_steps, scales = init_scale, 0, []
-    for overflow in found_inf:
-        if overflow:
-            scale, clean_steps = scale // 2, 0
-        else:
-            clean_steps += 1
-            if clean_steps == growth_interval:
-                scale, clean_steps = scale * 2.0, 0
-        scales.append(scale)
-    return scales
+# Adversary (adv-05-08-r3, ns_int.py): the backoff written ``scale // 2``, right only on even integers.
+_floor_division_backoff = mutant(next_scales, "scale * 0.5, 0", "scale // 2, 0")
 
 
 def _grow_every_step(init_scale, found_inf, growth_interval):
