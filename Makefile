@@ -78,8 +78,9 @@ reset: $(STAMP)
 test: setup test-notebooks test-package test-solved test-browser
 
 # The prose-number test reads the executed copies instead of running each lab again.
+# --durations: every run names its slowest tests, where CI's time limit is won or lost.
 test-package: setup $(EXECUTED_RAN)
-	AUTOGRAD_LAB_EXECUTED=$(EXECUTED) $(BIN)/python -m pytest -p no:cacheprovider -n 2 --dist loadfile tests --ignore=tests/browser
+	AUTOGRAD_LAB_EXECUTED=$(EXECUTED) $(BIN)/python -m pytest -p no:cacheprovider -n 2 --dist loadfile --durations=15 tests --ignore=tests/browser
 
 # Every shipped notebook runs top to bottom with no error and nothing on stderr.
 test-notebooks: setup $(EXECUTED_RAN)
