@@ -395,10 +395,10 @@ def test_the_zip_in_a_simulated_gradescope_image(autograder_zip):
         assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
         venv = IMAGE / "venv" / "bin" / "python"
         version = subprocess.run([str(venv), "-c", "import sys, torch, numpy; print(sys.version_info[:2], numpy.__version__)"],
-                                 capture_output=True, text=True, check=True).stdout
+                                 capture_output=True, text=True, check=True, env=env).stdout
         assert version.startswith("(3, 10)"), version
         found = subprocess.run([str(venv), "-c", "import importlib.util as u; print(u.find_spec('autograd_lab'), "
-                                "u.find_spec('autograd_lab_solutions'))"], capture_output=True, text=True, cwd="/")
+                                "u.find_spec('autograd_lab_solutions'))"], capture_output=True, text=True, cwd="/", env=env)
         assert found.stdout.split() == ["None", "None"], found.stdout   # nothing of the course in the venv
         assert stat.S_IMODE((root / "source").stat().st_mode) & 0o077 == 0
 
