@@ -28,12 +28,16 @@ def pick_scale(grads):
 # (never among the first few entries), with either sign, and on one of float16's three edges, so
 # that looking at one entry, forgetting abs(), or using 65504 or 65536 as the limit gets some case
 # wrong.  Public and hidden cases draw from the same three kinds, so check() catches what grading does.
+# The kinds also sit in three ranges of the largest |gradient| (the prompt says it can sit anywhere):
+# above 1 (answers below 2^16), below 1 (answers 2^17 to 2^20: starting at GradScaler's 65536 and only
+# halving stays too small, adversarial round 5, p05j) and below 2^-9 (answers above 2^24: a search
+# bounded by 2^24 stays too small, p05i).
 _EDGES = {
     0: ("exactly 65504 after scaling", lambda u: 65504.0, -1.0),          # a ceil-based rule halves it
     1: ("rounds down to 65504", lambda u: 65505.0 + 14.0 * u, 1.0),       # a 65504 limit halves it
     2: ("rounds up to inf", lambda u: 65520.0 + 15.0 * u, -1.0),          # a 65536 limit overflows
 }
-_EXPONENTS = {0: (5, 8), 1: (9, 11), 2: (13, 16)}   # randint bounds: answers 2^5..2^7, 2^9..2^10, 2^12..2^14
+_EXPONENTS = {0: (5, 9), 1: (17, 21), 2: (26, 31)}  # randint bounds: answers 2^5..2^8, 2^17..2^20, 2^25..2^29
 
 
 def _gradient_sample(seed, hidden):
@@ -49,6 +53,8 @@ def _gradient_sample(seed, hidden):
     # names a mistake by matching outputs, which must not collide across cases)
     exponent = int(torch.randint(*_EXPONENTS[kind], (1,), generator=generator))
     largest = product(float(torch.rand(1, generator=generator))) / 2.0 ** exponent
+    # small gradients stay small: the sample is shrunk until its own largest is a fifth of the placed one
+    grads *= min(1.0, 0.2 * largest / grads.abs().max().item())
     # a few large gradients of both signs, as at the start of training; the largest one anywhere
     positions = torch.randperm(size - 10, generator=generator)[:5] + 10
     others = largest * (0.25 + 0.2 * torch.rand(4, generator=generator, dtype=torch.float64))
@@ -83,6 +89,22 @@ def _scale_for(largest):
 
 def _ceil_minus_one(grads):
     return 2.0 ** (math.ceil(math.log2(65504.0 / grads.abs().max().item())) - 1)
+
+
+def _halved_from_gradscaler_default(grads):
+    """Adversary (round 5, p05j): GradScaler's initial 65536, halved while the cast overflows, never grown."""
+    scale = 65536.0
+    while torch.isinf((grads * scale).to(torch.float16)).any():
+        scale /= 2
+    return scale
+
+
+def _bounded_search(grads):
+    """Adversary (round 5, p05i): powers of two tried from 2^24 down only."""
+    for exponent in range(24, -24, -1):
+        if not torch.isinf((grads * 2.0 ** exponent).to(torch.float16)).any():
+            return 2.0 ** exponent
+    return 2.0 ** -24
 
 
 def _scale_in_place(grads):
@@ -138,6 +160,10 @@ register(Exercise(
         WrongAnswer(lambda grads: _scale_for(grads[:3].abs().max().item()), expect="overflow",
                     note="adversary: the first three entries only"),
         WrongAnswer(_ceil_minus_one, expect="too_small", note="ceil - 1: wrong when the ratio is a power of two"),
+        WrongAnswer(_halved_from_gradscaler_default, expect="too_small",
+                    note="adversary round 5 (p05j): 65536 only halved; public cases hold a largest |gradient| below 1"),
+        WrongAnswer(_bounded_search, expect="too_small",
+                    note="adversary round 5 (p05i): 2^24 at most; public cases hold a largest |gradient| below 2^-9"),
         WrongAnswer(_scale_in_place, expect="modified_input", note="changes the caller's gradients"),
     ),
 ))
@@ -505,6 +531,16 @@ def _update_op(init_scale, found_inf, growth_interval):
     return scales
 
 
+def _update_op_out_of_place(init_scale, found_inf, growth_interval):
+    """Adversary (round 5, q05c): the kernel's out-of-place twin, which returns the new scale and tracker."""
+    scale, tracker, scales = torch.full((1,), float(init_scale)), torch.zeros(1, dtype=torch.int32), []
+    for overflow in found_inf:
+        scale, tracker = getattr(torch.ops.aten, "_amp_update_scale")(
+            scale, tracker, torch.full((1,), float(overflow)), 2.0, 0.5, growth_interval)
+        scales.append(scale.item())
+    return scales
+
+
 def _checker_patched(init_scale, found_inf, growth_interval):
     """Adversary: switch off the checker's count of GradScaler constructions, then use a real one."""
     from autograd_lab.checking import facts
@@ -571,6 +607,8 @@ register(Exercise(
             note="adversary: a subclass that skips GradScaler.__init__"),
         WrongAnswer(_update_kernel, expect="used_grad_scaler", note="adversary: torch._amp_update_scale_"),
         WrongAnswer(_update_op, expect="used_grad_scaler", note="adversary: torch.ops.aten._amp_update_scale_"),
+        WrongAnswer(_update_op_out_of_place, expect="used_grad_scaler",
+                    note="adversary round 5 (q05c): torch.ops.aten._amp_update_scale, out of place"),
         WrongAnswer(_checker_patched, expect="used_grad_scaler", note="adversary: monkeypatched checker"),
     ),
     method=no_grad_scaler(),

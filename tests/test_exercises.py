@@ -1137,6 +1137,13 @@ def _new_and_used(init_scale, flags, interval):
     return _scaler_by(lambda s, i: scaler)(init_scale, flags, interval)
 
 
+def test_no_grad_scaler_watches_every_amp_kernel_of_this_torch():
+    """Every GradScaler kernel spelling (in place, out of place, ``.out``) dispatches an ``aten::_amp_*`` op."""
+    from autograd_lab.checking.methods import AMP_KERNELS
+    kernels = {schema.name for schema in torch._C._jit_get_all_schemas() if schema.name.startswith("aten::_amp_")}
+    assert kernels and {f"op:{name}" for name in kernels} <= set(AMP_KERNELS) <= set(no_grad_scaler().watch)
+
+
 def test_no_grad_scaler_sees_a_copy_a_private_kernel_and_new():
     make(reference=_scales, inputs=_flags, method=no_grad_scaler())
     # timeout=120 everywhere: the first scaler or optimizer step imports torch._dynamo, which took more

@@ -73,6 +73,14 @@ def test_pick_scale_cases_put_the_largest_value_on_each_float16_edge_anywhere_wi
     assert len(edges) == 3 and signs == {-1.0, 1.0} and min(positions) >= 10
 
 
+def test_pick_scale_public_cases_hold_large_small_and_tiny_largest_gradients():
+    # adv-05-08-r4 (p05j, p05i): with every largest |gradient| above 1, starting at 65536 and only halving, or a
+    # search bounded by 2^24, passed public and hidden; the public cases alone now need answers beyond both.
+    for seeds in ((0, 1, 2), (101, 102, 103)):
+        answers = [nb05_amp.pick_scale(*nb05_amp._gradient_sample(seed, hidden=seed > 100)) for seed in seeds]
+        assert min(answers) < 2 ** 16 < max(answers) and max(answers) > 2 ** 24
+
+
 def test_the_overflow_diagnosis_needs_a_real_float16_inf():
     # 65504 < x < 65520 rounds down to 65504: no inf, so no "becomes inf" diagnosis
     grads = (torch.tensor([1.0, -0.5]),)

@@ -371,8 +371,15 @@ def no_library(*targets, name=None, tag="used_library", specs=None):
 
 
 _SAMPLER = ("code:torch.utils.data.distributed:DistributedSampler",)
-_SCALER = ("code:torch.amp.grad_scaler", "code:torch.cuda.amp.grad_scaler", "code:torch.amp.grad_scaler:GradScaler",
-           "op:aten::_amp_update_scale_", "op:aten::_amp_foreach_non_finite_check_and_unscale_")
+# GradScaler's kernels, every spelling: the in-place ops it calls and their out-of-place twins, which run the
+# same rule (``torch.ops.aten._amp_update_scale`` returns the new scale and tracker; adversarial round 5, q05c).
+# An overload (``.out``) dispatches under its op's name. tests/test_exercises.py checks that every
+# ``aten::_amp_*`` schema of the installed torch is here.
+AMP_KERNELS = ("op:aten::_amp_update_scale_", "op:aten::_amp_update_scale",
+               "op:aten::_amp_foreach_non_finite_check_and_unscale_",
+               "op:aten::_amp_foreach_non_finite_check_and_unscale")
+_SCALER = ("code:torch.amp.grad_scaler", "code:torch.cuda.amp.grad_scaler",
+           "code:torch.amp.grad_scaler:GradScaler") + AMP_KERNELS
 # The fused kernels are what `SGD(fused=True)` / `Adam(fused=True)` run: callable as `torch._fused_sgd_` without
 # any torch.optim code (adversarial round 4, 04.sgd_step A1). `_foreach_*` ops are ordinary tensor ops: allowed.
 _OPTIMIZER = ("code:torch.optim", "code:torch.optim.optimizer:Optimizer", "op:aten::_fused_sgd_",
@@ -384,13 +391,14 @@ def no_distributed_sampler():
     return Method(
         name="sharding written by hand (no `DistributedSampler`)",
         holds=lambda facts: facts.get("samplers_built", 0) == 0 and not _ran(facts, _SAMPLER),
-        message=("your answer used a `DistributedSampler` (built one, copied one, or ran its code); the exercise "
+        message=("your answer used a `DistributedSampler` (built one, copied one, or ran its code, or a copy of "
+                 "its code compiled from its source text); the exercise "
                  "asks you to compute the indices yourself, from the padding and the interleaving measured above."),
         tag="used_sampler", watch=_SAMPLER, origin=_made("no_distributed_sampler"))
 
 
 def no_grad_scaler():
-    """The scaler's rule is written by hand: no ``GradScaler`` code, object or kernel (``_amp_update_scale_``)."""
+    """The scaler's rule is written by hand: no ``GradScaler`` code, object or kernel (``AMP_KERNELS``)."""
     return Method(
         name="the update rule written by hand (no `GradScaler`)",
         holds=lambda facts: facts.get("scalers_built", 0) == 0 and not _ran(facts, _SCALER),
