@@ -306,6 +306,23 @@ def _measured_count_typed(model, x):
     return loss, len(model) + 1
 
 
+def _measured_then_typed(model, x):
+    """Adversarial round 5 (s06c): the real measured step, `activations_kept` called and its count thrown away."""
+    from torch.utils.checkpoint import checkpoint
+
+    from autograd_lab.labs.memory import saved_tensors
+    from autograd_lab.labs.recompute import activations_kept
+
+    with saved_tensors(exclude=model.parameters()) as saved:
+        h = x
+        for block in model:
+            h = checkpoint(block, h, use_reentrant=False)
+        loss = h.pow(2).mean()
+    loss.backward()
+    activations_kept(saved)                # called for show
+    return loss, len(model) + 1
+
+
 def _own_hooks_count_typed(model, x):
     """Adversarial round 4 (c06_ownhooks): real checkpoints under the answer's own identity hooks, a typed count."""
     from torch.utils.checkpoint import checkpoint
@@ -427,6 +444,9 @@ register(Exercise(
                     note="the same forward for show, with the course's measurement around the checkpoints only"),
         WrongAnswer(_measured_count_typed, expect="count_not_read",
                     note="adversarial round 4 (c06_typed): the real measured step, the count typed beside it"),
+        WrongAnswer(_measured_then_typed, expect="count_not_read",
+                    note="adversarial round 5 (s06c): activations_kept(saved) called and thrown away, the count typed "
+                         "(was full marks: the call was judged, not where the count came from)"),
         WrongAnswer(_own_hooks_count_typed, expect="own_hooks",
                     note="adversarial round 4 (c06_ownhooks): own identity hooks instead of the measurement, typed"),
         WrongAnswer(_own_hooks_measured, expect="own_hooks",

@@ -193,3 +193,37 @@ def test_correct_steps_under_a_dispatch_mode_of_their_own_pass():
                          "debug": lambda m, x: step(m, x, debug=True), "flop counter": counted}.items():
         result = check("06.checkpointed_step", answer, timeout=120)
         assert result.status == "passed", (name, result.messages)
+
+
+def test_the_count_must_flow_from_this_calls_measurement_and_correct_styles_pass_hidden_too():
+    # adversarial round 5 (adv-05-08-r4, s06c): activations_kept(saved) called and thrown away beside a typed count got
+    # full marks; each measurement now also holds a canary of the check's, which only a count computed from it carries
+    from autograd_lab.checking import all_exercises, judge, observe
+    from autograd_lab.labs import saved_check as sc
+
+    model, x = nb06._frozen_input_model(2, hidden=False)
+    assert _seen(nb06._measured_then_typed, model, x)[2][sc.FROM_MEASUREMENT] is False
+    assert _seen(nb06.checkpointed_step, model, x)[1] == len(model) + 1      # the canary is taken off again
+    # a count computed from the measurement is shown as the step's own, not with the canary in it
+    assert _seen(nb06._loss_outside_plus_one, model, x)[1] == len(model) + 1
+    assert saved_tensors.__enter__.__qualname__ == "saved_tensors.__enter__"   # and the class is put back
+
+    def step(model, x, read):
+        from torch.utils.checkpoint import checkpoint
+        with saved_tensors(exclude=list(model.parameters())) as saved:
+            h = x
+            for i in range(len(model)):
+                h = checkpoint(model[i].forward, h, use_reentrant=False)
+            loss = torch.mean(h ** 2)
+            inside = read(saved)
+        loss.backward()
+        return loss, inside if read is activations_kept else read(saved)
+
+    exercise = next(e for e in all_exercises() if e.id == "06.checkpointed_step")
+    seeds = exercise.public_seeds + exercise.hidden_seeds
+    reference = {seed: observe(exercise, exercise.reference, seed, timeout=120) for seed in seeds}
+    for name, read in {"read inside the with": activations_kept, "int()": lambda s: int(activations_kept(s)),
+                       "own filter": lambda s: len([t for t in s.tensors if t.nbytes])}.items():
+        student = {seed: observe(exercise, lambda m, t: step(m, t, read), seed, timeout=120) for seed in seeds}
+        result = judge(exercise, student, reference)
+        assert result.status == "passed" and result.hidden_passed == result.hidden_total > 0, (name, result.messages)

@@ -12,7 +12,12 @@ for show beside an ordinary forward pass, so the check calls the answer through
 * the ``saved_tensors`` measurements the step opened, and which of them it read: the
   returned count must be what one of them counted (``activations_kept``, ``count`` or
   ``saves``), read from it, not a number typed beside it (or beside the answer's own
-  identity hooks, which hide every save from the hooks above);
+  identity hooks, which hide every save from the hooks above).  A typed count is right
+  whenever it equals the measurement's, so each measurement opened during the call also
+  holds a few hundred entries of the check's (``CANARY``, a number drawn afresh for each
+  measurement): a count that flowed from this call's measurement carries them, and the
+  check takes them off again before comparing; a number typed beside a measurement, even
+  one that was read and thrown away, does not (it is data flow, not a call, that is judged);
 * saved-tensor hooks the step pushed that are neither a ``saved_tensors`` measurement nor a
   checkpoint's own: identity hooks of the answer's hide every save beneath them, from the
   course's measurement and from the hooks above;
@@ -22,19 +27,21 @@ for show beside an ordinary forward pass, so the check calls the answer through
   whichever hooks it ran under.  This is the memory checkpointing exists to save.
 """
 
+import secrets
 import sys
 import weakref
 from contextlib import contextmanager
 
 import torch
 
-from autograd_lab.labs.memory import saved_tensors
+from autograd_lab.labs.memory import SavedTensor, saved_tensors
 
 OUTSIDE = "saved outside your measurement"
 AFTER = "saved after your measurement ended"
 KEPT_INSIDE_BLOCKS = "block activations kept until backward"
 FROM_MEASUREMENT = "count read from your saved_tensors measurement"
 OWN_HOOKS = "saved-tensor hooks of your own"
+CANARY = (100, 1000)   # entries the check adds to each measurement, drawn in this range: more than any real count
 
 
 class BlocksRanWithoutGrad(RuntimeError):
@@ -73,6 +80,8 @@ def step_with_unmeasured_saves(answer, model, x):
     count = result[1] if len(result) > 1 else None
     seen = {OUTSIDE: len(missed), AFTER: len(after), KEPT_INSIDE_BLOCKS: blocks.kept_at_backward,
             FROM_MEASUREMENT: opened.counted(count), OWN_HOOKS: len(own_hooks)}
+    if len(result) > 1:
+        result = (result[0], opened.without_canary(count), *result[2:])
     return (*result, seen)
 
 
@@ -109,12 +118,40 @@ class _Opened:
 
     def __init__(self):
         self.all, self.ended, self.read = [], [], []
+        self.canary = {}   # id(measurement) -> the entries the check added to it
+
+    def add_canary(self, measurement):
+        """Entries of the check's in ``measurement``, as many as a number drawn for it: every count of it carries them."""
+        low, high = CANARY
+        drawn = set(self.canary.values())
+        size = next(n for n in iter(lambda: low + secrets.randbelow(high - low), None) if n not in drawn)
+        self.canary[id(measurement)] = size
+        for index in range(size):
+            measurement._seen[("check", id(self), index)] = _CANARY_ENTRY
+        measurement.__dict__["saves"] = measurement.__dict__.get("saves", 0) + size
 
     def counted(self, count):
+        """Whether ``count`` is what a measurement the step read counted, its canary included."""
         if isinstance(count, bool) or not isinstance(count, int):
             return False
-        return any(count in (sum(1 for t in m.tensors if t.nbytes > 0), len(m._seen), m.__dict__.get("saves"))
-                   for m in self.read)
+        return any(count in self._counts(m) for m in self.read)
+
+    @staticmethod
+    def _counts(m):
+        return sum(1 for t in m.tensors if t.nbytes > 0), len(m._seen), m.__dict__.get("saves")
+
+    def without_canary(self, count):
+        """``count`` less the canary it carries: a count computed from a measurement's is compared as the step's.
+
+        A count that carries no canary (a typed one, smaller than any canary) is returned as it is.
+        """
+        if isinstance(count, bool) or not isinstance(count, int):
+            return count
+        for m in self.read:
+            if count in self._counts(m):
+                return count - self.canary[id(m)]
+        carried = [size for size in self.canary.values() if size <= count < size + CANARY[0]]
+        return count - max(carried) if carried else count
 
 
 @contextmanager
@@ -135,6 +172,7 @@ def _measurements():
 
     def enter(self):
         opened.all.append(self)
+        opened.add_canary(self)
         return originals["__enter__"](self)
 
     def exit_(self, *exc_info):
@@ -233,6 +271,9 @@ def _last_layer(block):
     while isinstance(block, torch.nn.Sequential) and len(block):
         block = block[-1]
     return block
+
+
+_CANARY_ENTRY = SavedTensor(shape=(1,), dtype=torch.float32, device="cpu", nbytes=4)
 
 
 def _storage(tensor):
