@@ -10,7 +10,9 @@ What the graph saved for backward may be read only by the autograd engine, once,
 it runs the node that saved it: a node called by hand (``node(grad)``) or a saved tensor
 read from Python (``node._saved_self``) raises ``ReadOutsideBackward``.  So an answer
 that must watch the engine's own backward cannot compute the gradients itself, node by
-node in an order of its own, and run one backward for show.
+node in an order of its own, and run one backward for show.  ``with_saves_kept`` extends
+the rule to every graph the answer builds while it is checked (a replay of f's ops on a
+leaf of its own, whose nodes it calls by hand): the check calls the answer through it.
 """
 
 import re
@@ -22,8 +24,9 @@ class ReadOutsideBackward(RuntimeError):
     """A tensor an ``Expression`` saved for backward was read outside the engine's backward, or twice."""
 
 
-OUTSIDE_BACKWARD = ("a node of f's graph ran outside the autograd engine's backward (called by hand, or its saved "
-                    "tensors read from Python): this exercise watches the backward the engine runs, with hooks")
+OUTSIDE_BACKWARD = ("a node of f's graph (or of a graph built while the check ran) ran outside the autograd engine's "
+                    "backward (called by hand, or its saved tensors read from Python): this exercise watches the "
+                    "backward the engine runs, with hooks")
 
 
 def _two_branches(t):
@@ -73,6 +76,45 @@ def _unpack(saved):
         raise ReadOutsideBackward(OUTSIDE_BACKWARD)
     saved.read = True
     return saved.tensor
+
+
+def with_saves_kept(answer, f, x):
+    """``answer(f, x)``, every tensor saved for backward in the call kept as an ``Expression`` keeps its own.
+
+    Saved-tensor hooks of the check's, outermost: a graph the answer builds outside f (f's ops
+    replayed on a leaf of its own, adversarial round 5) may be read only by the engine too.
+    Hooks the answer pushes are wrapped in the same rule, so they neither hide a save from it
+    nor stop working; a pop beyond the answer's own pushes (the check's hooks taken off) raises.
+    """
+    module = torch._C._autograd
+    push, pop = module._push_saved_tensors_default_hooks, module._pop_saved_tensors_default_hooks
+    pushed = []
+
+    def guarded_push(pack_hook, unpack_hook):
+        if pack_hook is not _Saved:        # an Expression's own hooks already keep the rule
+            pack_hook, unpack_hook = _kept(pack_hook, unpack_hook)
+        pushed.append(True)
+        return push(pack_hook, unpack_hook)
+
+    def counted_pop():
+        if not pushed:
+            raise ReadOutsideBackward(OUTSIDE_BACKWARD + " (your answer took the check's saved-tensor hooks off)")
+        pushed.pop()
+        return pop()
+
+    with torch.autograd.graph.saved_tensors_hooks(_Saved, _unpack):   # pushed before the count of the answer's
+        module._push_saved_tensors_default_hooks, module._pop_saved_tensors_default_hooks = guarded_push, counted_pop
+        try:
+            return answer(f, x)
+        finally:
+            module._push_saved_tensors_default_hooks, module._pop_saved_tensors_default_hooks = push, pop
+            for _ in pushed:               # hooks the answer left on (it raised inside a `with`, or never popped)
+                pop()
+
+
+def _kept(pack_hook, unpack_hook):
+    """An answer's own saved-tensor hooks, with the engine-only, read-once rule around what they keep."""
+    return (lambda tensor: _Saved(pack_hook(tensor))), (lambda saved: unpack_hook(_unpack(saved)))
 
 
 class Expression:
