@@ -72,3 +72,13 @@ def test_error_inside_expect_warning_is_not_hidden():
     with pytest.raises(ZeroDivisionError):
         with expect_warning(UserWarning, "x"):
             1 / 0
+
+
+def test_always_sees_a_once_per_process_torch_warning_again_and_restores_the_setting():
+    x = torch.ones(2, requires_grad=True)
+    before = torch.is_warn_always_enabled()
+    for _ in range(2):   # torch raises this one once per process; `always=True` sees it each time
+        with expect_warning(UserWarning, "Using backward() with create_graph=True", quiet=True, always=True) as w:
+            (x * 3).sum().backward(create_graph=True)
+        assert w.count == 1
+    assert torch.is_warn_always_enabled() is before

@@ -79,14 +79,17 @@ class expect_warning:
     Warnings are captured rather than sent to stderr, so a graded cell stays clean.
     The expected warning is printed and kept as ``.message``; ``.count`` says how many
     times it was raised in the block; any other warnings raised in the block are listed
-    in ``.others``.
+    in ``.others``.  ``always=True`` also turns on ``torch.set_warn_always`` inside the
+    block (restored after it), for a warning torch raises only once per process, so that
+    the block still sees it when the cell is run again.
     """
 
-    def __init__(self, category, starts_with, *, max_lines=3, quiet=False):
+    def __init__(self, category, starts_with, *, max_lines=3, quiet=False, always=False):
         self.category = category
         self.prefixes = _as_prefixes(starts_with)
         self.max_lines = max_lines
         self.quiet = quiet
+        self.always = always
         self.message = None
         self.count = 0
         self.others = []
@@ -95,9 +98,16 @@ class expect_warning:
         self._catcher = warnings.catch_warnings(record=True)
         self._caught = self._catcher.__enter__()
         warnings.simplefilter("always")
+        if self.always:
+            import torch
+            self._warn_always = torch.is_warn_always_enabled()
+            torch.set_warn_always(True)
         return self
 
     def __exit__(self, exc_type, exc, tb):
+        if self.always:
+            import torch
+            torch.set_warn_always(self._warn_always)
         self._catcher.__exit__(exc_type, exc, tb)
         if exc is not None:
             return False  # a real error inside the block is not ours to hide
