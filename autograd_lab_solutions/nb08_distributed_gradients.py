@@ -193,6 +193,28 @@ def _sampler_copied(n, world_size, rank):
     return list(sampler)
 
 
+def _recompiled(function, name):
+    """``function``'s source, its ``def`` line renamed, compiled from a string (adversarial round 5, s08f)."""
+    import inspect
+    import re
+    import textwrap
+    source = re.sub(r"def \w+\(self\)[^:]*:", f"def {name}(self):", textwrap.dedent(inspect.getsource(function)), 1)
+    namespace = {"torch": torch, "math": math}
+    exec(source, namespace)     # text no file or cell holds: "<string>"
+    return namespace[name]
+
+
+_sampler_iter_text = _recompiled(DistributedSampler.__iter__, "_it")
+
+
+def _sampler_source_execd(n, world_size, rank):
+    from types import SimpleNamespace
+    per_rank = math.ceil(n / world_size)
+    fake = SimpleNamespace(dataset=range(n), num_replicas=world_size, rank=rank, shuffle=False, drop_last=False,
+                           seed=0, epoch=0, num_samples=per_rank, total_size=per_rank * world_size)
+    return list(_sampler_iter_text(fake))
+
+
 class _OwnInitSampler(DistributedSampler):
     def __init__(self, n, world_size, rank):   # no super().__init__: nothing is "built" the usual way
         self.dataset, self.num_replicas, self.rank = range(n), world_size, rank
@@ -261,6 +283,8 @@ register(Exercise(
         WrongAnswer(_sampler_by_new, expect="used_sampler", note="object.__new__(DistributedSampler)"),
         WrongAnswer(_sampler_copied, expect="used_sampler", note="copy.copy of a sampler built beforehand"),
         WrongAnswer(_sampler_subclass, expect="used_sampler", note="a subclass whose __init__ skips super()"),
+        WrongAnswer(_sampler_source_execd, expect="used_sampler", note="its __iter__'s source, renamed and exec'd "
+                    "(adversarial round 5, s08f)"),
     ),
 ))
 

@@ -23,7 +23,9 @@ actually ran, not what the answer's names say.
   was computed from what the engine produced (``None``: it returned none);
 * ``ran``, ``copied``, ``instances``: per watched spec (``tape.py``), the calls of that
   code, the ``copy``/``deepcopy`` of its objects, and the objects of its classes that the
-  call left alive, however they were made (``object.__new__``, unpickling);
+  call left alive, however they were made (``object.__new__``, unpickling); ``recompiled``:
+  of those calls, the ones of a copy compiled again from the code's source text (renamed, or
+  edited and ``exec``'d from a string);
 * ``escapes``: threads and processes the answer started (the tape cannot follow them);
   ``tape_intact``: no recorder was switched off by the answer;
 * ``answer_kind``: ``"autograd.Function"`` for a ``torch.autograd.Function`` subclass, else
@@ -84,7 +86,7 @@ VERSION_FORGERS = (WRITES_SPEC, "code:torch._C:_increment_version")
 
 FACTS = ("engine_runs", "nested_engine_runs", "backward_ops", "backward_op_names", "forward_ad", "ops",
          "library_derivatives", "largest_numel", "largest_input_numel", "backward_largest", "output_from_engine", "ran", "copied",
-         "instances", "escapes", "tape_intact", "answer_kind", "own_backward_ops", "own_library_derivatives",
+         "recompiled", "instances", "escapes", "tape_intact", "answer_kind", "own_backward_ops", "own_library_derivatives",
          "silent_writes", "samplers_built", "scalers_built", "tiny_engine_runs", "tiny_backwards",
          "tiny_own_backwards", "tiny_missing_backwards", "tiny_off_input", "tiny_unseen", "complex_outputs",
          "work", "input_shapes")

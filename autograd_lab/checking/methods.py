@@ -94,7 +94,8 @@ def _ran(facts, specs):
     for spec in specs:
         for table, what in (("ran", "ran"), ("copied", "was copied"), ("instances", "was built")):
             if facts.get(table, {}).get(spec):
-                found.append((spec, what))
+                recompiled = table == "ran" and facts.get("recompiled", {}).get(spec)
+                found.append((spec, "ran, as a copy compiled from its source text" if recompiled else what))
     return found
 
 
