@@ -439,6 +439,7 @@ _PUBLIC = (
     (("scale", "tanh", "sum"), "any"),                          # finite: None
     (("two_branches", "sum"), "some zeros"),                    # a depth-first walk's order is not the engine's,
     (("two_branches_late", "sum"), "some zeros"),               # whichever input it takes first
+    (("sqrt", "mean", "shift"), "some negative"),               # a NaN with no inf before it (an isinf test misses it)
 )
 _HIDDEN = (
     (("square", "log", "sum"), "zeros"),
@@ -534,6 +535,71 @@ def _by_hand(f, x, reverse=False):
                 grads.setdefault(child, []).append(g)
     out.backward()
     return found
+
+
+def _replayed_by_hand(f, x):
+    # Adversarial round 5 (s07e): f's ops recorded with a TorchFunctionMode and replayed on a leaf of the answer's own
+    # (outside f, whose graph only the engine may read), the replay's nodes called by hand in the engine's order (a
+    # max-heap on the sequence number), and one backward through f(x) for show.
+    import heapq
+
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._pytree import tree_map
+
+    class Recorder(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.log = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            self.log.append((func, args, kwargs or {}, out))
+            return out
+
+    leaf, recorder = _leaf(x), Recorder()
+    with recorder:
+        out = f(leaf)
+    mine = _leaf(x)
+    replayed = {id(leaf): mine}
+    swap = lambda a: replayed.get(id(a), a) if isinstance(a, torch.Tensor) else a
+    for func, args, kwargs, made in recorder.log:
+        if isinstance(made, torch.Tensor) and made.grad_fn is not None:
+            replayed[id(made)] = func(*tree_map(swap, args), **tree_map(swap, kwargs))
+    root = replayed[id(out)].grad_fn
+    waiting = {}
+    for node in _nodes(replayed[id(out)]):
+        for child, _ in node.next_functions:
+            if child is not None:
+                waiting[child] = waiting.get(child, 0) + 1
+    grads, ready, found = {root: [torch.ones(())]}, [(-root._sequence_nr(), 0, root)], None
+    while ready and found is None:
+        node = heapq.heappop(ready)[2]
+        if type(node).__name__ == "AccumulateGrad":
+            continue
+        computed = node(sum(grads[node]))
+        computed = computed if isinstance(computed, tuple) else (computed,)
+        if any(g is not None and not torch.isfinite(g).all() for g in computed):
+            found = node.name()
+        for (child, _), g in zip(node.next_functions, computed):
+            if child is not None:
+                grads.setdefault(child, []).extend([] if g is None else [g])
+                waiting[child] -= 1
+                if not waiting[child]:
+                    heapq.heappush(ready, (-child._sequence_nr(), len(grads), child))
+    out.backward()
+    return found
+
+
+def _inf_only(f, x):
+    # Adversarial round 5 (n07k): hooks on every node that test isinf only; a NaN with no inf before it goes unseen.
+    x = _leaf(x)
+    out = f(x)
+    found = []
+    for node in _nodes(out):
+        node.register_hook(lambda grads, _, node=node: found.append(node.name())
+                           if any(g is not None and torch.isinf(g).any() for g in grads) else None)
+    out.backward()
+    return found[0] if found else None
 
 
 def _own_order(f, x, reverse=False):
@@ -664,9 +730,11 @@ register(Exercise(
     answer_name="nan_source",
     reference=nan_source,
     inputs=_nan_source_inputs,
-    public_seeds=(0, 1, 2, 3, 4, 5),
+    public_seeds=(0, 1, 2, 3, 4, 5, 6),
     hidden_seeds=(101, 102, 103, 104, 105, 106, 107, 108),
     method=backward_calls(1, name="one backward pass through f(x)"),
+    # Every graph the answer builds keeps its saves for the engine, as f's own do (a replay's nodes called by hand).
+    call="autograd_lab.labs.nonfinite:with_saves_kept",
     hints=(
         "Backward runs the nodes of the graph one after another. A hook on a node (`node.register_hook`) is "
         "called with what that node just computed; reach every node from the output's `grad_fn` through "
@@ -724,6 +792,11 @@ register(Exercise(
         WrongAnswer(_caller_x, expect="modified_input"),
         WrongAnswer(_by_hand, expect="error", note="nodes called by hand in a walk's order, one backward for show "
                     "(adversarial round 4, n_walk2): the error names it (called_by_hand)"),
+        WrongAnswer(_replayed_by_hand, expect="error", note="adversarial round 5 (s07e, full marks): f's ops replayed on "
+                    "a leaf of its own, the replay's nodes called by hand in the engine's order, a backward for show: "
+                    "the check keeps every graph's saves for the engine (labs/nonfinite.with_saves_kept)"),
+        WrongAnswer(_inf_only, expect="named_nothing", note="adversarial round 5 (n07k): hooks testing isinf only "
+                    "(check() passed it: no public case had a NaN without an inf before it)"),
         WrongAnswer(_own_order, expect="own_order", note="hooks, but the first in a depth-first walk's order"),
         WrongAnswer(_own_order_reversed, expect="own_order", note="the same, the walk taking inputs last first"),
         WrongAnswer(_no_leaf, expect="named_nothing", note="no leaf that requires grad; the error swallowed"),
