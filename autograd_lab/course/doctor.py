@@ -125,7 +125,7 @@ def format_findings(findings):
             lines.append(f"    fix: {finding.fix}")
     problems = [f for f in findings if f.required and not f.ok]
     lines.append("Ready for the course." if not problems
-                 else f"{len(problems)} problem(s) to fix before the course will run.")
+                 else f"{len(problems)} problem(s) to fix (marked XX; their fix: lines say how).")
     return "\n".join(lines)
 
 
