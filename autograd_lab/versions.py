@@ -129,6 +129,14 @@ _BEHAVIOURS = (
         Variant("0", False, "has no selective checkpointing API"),
         Variant("2.5.0", True, "has CheckpointPolicy and create_selective_checkpoint_contexts"),
     )),
+    Behaviour("sac_outer_hooks_warning", "saved-tensor hooks (save_on_cpu, saved_tensors) around a selective checkpoint", (
+        # measured: no warning on 2.5.1 and 2.13.0, the FutureWarning on 2.15.0, whose checkpoint() also takes
+        # respect_saved_tensors_hooks= (2.14 not run)
+        Variant("0", None, "lets the tensors a selective policy keeps bypass the outer hooks, without a warning"),
+        Variant("2.15.0", "A saved_tensors_hooks context (e.g. save_on_cpu) is active around a selective activation "
+                "checkpoint region", "warns (FutureWarning) that the tensors a selective policy keeps bypass the "
+                "outer hooks for now, and that `checkpoint(..., respect_saved_tensors_hooks=True|False)` chooses"),
+    )),
     Behaviour("ddp_forward_sync_buffers", "DDP's forward_sync_buffers parameter", (
         Variant("0", False, "controls the copy of rank 0's buffers before a forward (train or eval) that follows "
                 "a grad-enabled forward outside no_sync() with broadcast_buffers (default True)"),
