@@ -76,6 +76,21 @@ def _laundered_as_cotangent(x):
     return t.grad
 
 
+def _typed_from_second_leaf(x):
+    """Adversarial round 5 (cgs_9): 3x^2 computed from a second leaf z, a live graph, as y's weight."""
+    y = x.detach().clone().requires_grad_()
+    z = x.detach().clone().requires_grad_()
+    (y * (3 * z * z)).sum().backward(inputs=[y])
+    return y.grad
+
+
+def _typed_from_second_leaf_by_torch_func(x):
+    """The same weight from a second leaf, inside a torch.func transform."""
+    z = x.detach().clone().requires_grad_()
+    weight = 3 * z * z
+    return torch.func.grad(lambda t: (t * weight).sum())(x.detach()).detach()
+
+
 def _laundered_as_weight(x):
     """Round 3 (D1): the formula as a constant weight; the backward pass only multiplies by it."""
     t = x.detach().requires_grad_()
@@ -249,6 +264,8 @@ register(Exercise(
         WrongAnswer(_laundered_as_cotangent, expect="laundered_formula", note="round 3 C1: (t * 1).backward(gradient=...)"),
         WrongAnswer(_laundered_as_weight, expect="laundered_formula", note="round 3 D1: the formula as a weight"),
         WrongAnswer(_laundered_through_python, expect="laundered_formula", note="tolist() and a 0 * t * t decoy"),
+        WrongAnswer(_typed_from_second_leaf, expect="laundered_formula", note="round 5 cgs_9: 3z^2, z a second leaf"),
+        WrongAnswer(_typed_from_second_leaf_by_torch_func, expect="laundered_formula", note="the same in torch.func"),
         # Round 4: the weight computed from the leaf with grad on, then made a constant to autograd (A1), the
         # engine's result multiplied by the formula (A4), and the same through forward-mode AD.
         WrongAnswer(_laundered_through_round, expect="laundered_formula", note="round 4 A1: round, derivative 0"),

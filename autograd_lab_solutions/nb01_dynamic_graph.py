@@ -8,8 +8,8 @@ import math
 
 import torch
 
-from autograd_lab.checking import (Exercise, Method, Misconception, WrongAnswer, claims, no_library, register,
-                                    tiny_engine_op)
+from autograd_lab.checking import (Exercise, Method, Misconception, WrongAnswer, claims, no_library,
+                                    own_derivatives, register, tiny_engine_op)
 from autograd_lab.labs.memory import saved_tensors
 from autograd_lab_solutions._mutants import mutant
 from autograd_lab.labs.tiny_engine import EXPRESSIONS, Value, gradients_through
@@ -429,6 +429,32 @@ def _tanh_local_by_forward_ad(a):
     return out
 
 
+def _tanh_by_kernel(a):
+    """A shortcut (adversarial round 5, tts_1): PyTorch's own tanh derivative kernel, called on Python floats."""
+    t = math.tanh(a.data)
+    out = Value(t, (a,), "tanh")
+
+    def _backward():
+        a.grad += torch.ops.aten.tanh_backward(torch.tensor(out.grad, dtype=torch.float64),
+                                               torch.tensor(t, dtype=torch.float64)).item()
+    out._backward = _backward
+    return out
+
+
+def _tanh_by_decomposition(a):
+    """A shortcut (adversarial round 5, tts_8): PyTorch's derivative rule written in Python (``torch._decomp``)."""
+    import torch._decomp
+
+    rule = torch._decomp.decomposition_table[torch.ops.aten.tanh_backward.default]
+    t = math.tanh(a.data)
+    out = Value(t, (a,), "tanh")
+
+    def _backward():
+        a.grad += rule(torch.tensor(out.grad, dtype=torch.float64), torch.tensor(t, dtype=torch.float64)).item()
+    out._backward = _backward
+    return out
+
+
 def _tanh_never_attached(a):
     """The node is built but its closure is never attached: the engine runs the do-nothing default."""
     t = math.tanh(a.data)
@@ -603,7 +629,7 @@ register(Exercise(
     # The check builds the graph around the answer's node and runs the engine itself, in an
     # expression that changes with the seed: no typed derivative of one expression can pass.
     call="autograd_lab.labs.tiny_engine:gradients_through",
-    method=(NOT_TORCH_AUTOGRAD, tiny_engine_op("tanh"), NO_NUMERICAL_DERIVATIVE),
+    method=(NOT_TORCH_AUTOGRAD, tiny_engine_op("tanh"), NO_NUMERICAL_DERIVATIVE, own_derivatives()),
     # float64, and every right formula agrees to rounding: a difference quotient's error (1e-8 or more) fails
     rtol=1e-10, atol=1e-12,
     hints=(
@@ -655,6 +681,8 @@ register(Exercise(
         # The shortcuts: the local derivative from PyTorch, or a node the engine cannot go through.
         WrongAnswer(_tanh_local_by_autograd, expect="used_autograd", note="torch autograd on torch.tanh"),
         WrongAnswer(_tanh_local_by_forward_ad, expect="used_autograd", note="forward-mode AD on torch.tanh"),
+        WrongAnswer(_tanh_by_kernel, expect="library_derivative", note="aten::tanh_backward (adversarial round 5)"),
+        WrongAnswer(_tanh_by_decomposition, expect="library_derivative", note="torch._decomp's tanh_backward"),
         WrongAnswer(_tanh_with_local(_central_difference), expect="finite_differences",
                     note="central difference of math.tanh (adv-00-04-r2)"),
         WrongAnswer(_tanh_with_local(_forward_difference), expect="finite_differences",

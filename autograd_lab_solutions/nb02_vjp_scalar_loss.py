@@ -8,8 +8,7 @@ import torch.nn.functional as F
 from torch.autograd.functional import jacobian
 
 from autograd_lab.checking import (Exercise, Method, Misconception, WrongAnswer, autograd_derivative, backward_calls,
-                                    no_autograd, no_jacobian, own_function, register, uses_autograd)
-from autograd_lab.checking.methods import DECOMPOSITIONS
+                                    no_autograd, no_jacobian, own_derivatives, own_function, register, uses_autograd)
 from autograd_lab.checking.variation import choose, generator
 from autograd_lab_solutions._mutants import mutant
 
@@ -87,6 +86,14 @@ def _vjp_laundered_local_derivative(W, x, v):
     """tanh's derivative typed by hand and folded into the cotangent of W @ x (a linear graph)."""
     Wl = W.detach().requires_grad_()
     (Wl @ x).backward(gradient=v * (1 - torch.tanh(W @ x) ** 2))
+    return Wl.grad
+
+
+def _vjp_typed_from_second_leaf(W, x, v):
+    """Adversarial round 5 (vjs_3): the typed VJP computed from a second leaf z (a live graph) as Wl's weight."""
+    Wl = W.detach().clone().requires_grad_()
+    z = W.detach().clone().requires_grad_()
+    (Wl * torch.outer(v * (1 - torch.tanh(z @ x) ** 2), x)).sum().backward(inputs=[Wl])
     return Wl.grad
 
 
@@ -186,6 +193,7 @@ register(Exercise(
         WrongAnswer(_vjp_laundered_as_cotangent, expect="laundered_formula", note="round 3 B1: (Wl * 1).backward(typed)"),
         WrongAnswer(_vjp_laundered_local_derivative, expect="laundered_formula", note="1 - tanh^2 typed into gradient="),
         WrongAnswer(_vjp_laundered_through_round, expect="laundered_formula", note="round 4 A1: round, derivative 0"),
+        WrongAnswer(_vjp_typed_from_second_leaf, expect="laundered_formula", note="round 5 vjs_3: from a second leaf"),
         WrongAnswer(_vjp_linear_part_times_formula, expect="laundered_formula", note="round 4 A4: W @ x, then tanh'"),
         WrongAnswer(_vjp_on_callers_W, expect="modified_input"),
         WrongAnswer(_vjp_zeroes_v, expect="modified_input"),
@@ -370,15 +378,7 @@ CHAIN_RULE = Method(
 # are the local derivatives autograd itself would run; called directly they do the exercise's one non-trivial step
 # (as aten::softplus_backward would for 02.softplus, whose own_function() refuses it the same way). The same rules
 # written in Python (torch._decomp.decompositions.tanh_backward runs aten::mul and aten::sub) are refused by what ran.
-OWN_DERIVATIVES = Method(
-    name="local derivatives you work out yourself (no PyTorch derivative kernel or rule)",
-    holds=lambda facts: facts["library_derivatives"] == 0 and {"code:torch._decomp": 0, **facts["ran"]}["code:torch._decomp"] == 0 and {"code:torch._refs": 0, **facts["ran"]}["code:torch._refs"] == 0 and {"code:torch._prims": 0, **facts["ran"]}["code:torch._prims"] == 0,
-    watch=DECOMPOSITIONS,
-    message=("your answer called one of PyTorch's own derivative kernels (an `aten::*_backward` op) or derivative "
-             "rules written in Python (`torch._decomp`, `torch._refs`, `torch._prims`): that is the derivative "
-             "autograd would use, not one you worked out. Write every local derivative with ordinary tensor "
-             "operations."),
-    tag="library_derivative")
+OWN_DERIVATIVES = own_derivatives()   # 01.tiny_tanh asks for the same (methods.own_derivatives)
 
 
 def _mlp_backward_by_decomposition(X, W1, b1, W2, b2, G_Z):
@@ -540,6 +540,60 @@ class _softplus_by_autograd(Softplus):
         return grad
 
 
+class _softplus_by_difference_quotient(Softplus):
+    """Adversarial round 5 (sps_2): a central difference quotient of softplus in backward."""
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        h = 1e-6
+        return grad_output * (torch.log1p(torch.exp(x + h)) - torch.log1p(torch.exp(x - h))) / (2 * h)
+
+
+class _softplus_by_scaled_difference(Softplus):
+    """The same quotient with no x + h: e^x scaled by e^h and e^-h."""
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        e = torch.exp(x)
+        return grad_output * (torch.log1p(e * math.exp(1e-6)) - torch.log1p(e * math.exp(-1e-6))) / 2e-6
+
+
+class _softplus_by_complex_step(Softplus):
+    """Adversarial round 5 (sps_4): the complex step, exact to rounding."""
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return grad_output * torch.log1p(torch.exp(x + 1e-20j)).imag / 1e-20
+
+
+class _softplus_by_forward_mode(Softplus):
+    """Adversarial round 5 (sps_7): forward-mode AD inside backward, the tangent seeded with the gradient."""
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        import torch.autograd.forward_ad as fwAD
+
+        (x,) = ctx.saved_tensors
+        with fwAD.dual_level():
+            return fwAD.unpack_dual(torch.log1p(torch.exp(fwAD.make_dual(x, grad_output)))).tangent
+
+
+class _softplus_on_ctx(torch.autograd.Function):
+    """Round 4 (still open in round 5): the input kept as ``ctx.x``, not through save_for_backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.x = x
+        return F.softplus(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return grad_output * torch.sigmoid(ctx.x)
+
+
 def _wrong_backward(return_line):
     """The reference Softplus with its backward's return line replaced."""
     return mutant(Softplus, "return grad_output * torch.sigmoid(x)", return_line)
@@ -575,6 +629,11 @@ register(Exercise(
         WrongAnswer(_softplus_apply_alias, expect="own_function", note="apply = staticmethod(F.softplus)"),
         WrongAnswer(_softplus_by_library_kernel, expect="own_function", note="aten::softplus_backward"),
         WrongAnswer(_softplus_by_decomposition, expect="own_function", note="torch._decomp's softplus_backward"),
+        WrongAnswer(_softplus_by_difference_quotient, expect="own_function", note="round 5 sps_2: central difference"),
+        WrongAnswer(_softplus_by_scaled_difference, expect="own_function", note="the quotient without x + h"),
+        WrongAnswer(_softplus_by_complex_step, expect="own_function", note="round 5 sps_4: complex step"),
+        WrongAnswer(_softplus_by_forward_mode, expect="own_function", note="round 5 sps_7: forward-mode AD"),
+        WrongAnswer(_softplus_on_ctx, expect="own_function", note="ctx.x = x instead of save_for_backward"),
     ),
 ))
 

@@ -357,7 +357,56 @@ def _accumulated_create_graph_detached(w, x, y, k):
     return wl.grad.detach()
 
 
+def _cube_through_a_view(x):
+    y = x.detach().requires_grad_()         # shares x's memory, as a second leaf of the input would
+    (y.view(-1) ** 3).sum().backward()
+    return y.grad
+
+
+def _vjp_leaf_from_a_list(W, x, v):
+    Wl = torch.tensor(W.tolist(), dtype=W.dtype, requires_grad=True)
+    torch.autograd.backward([torch.tanh(Wl @ x)], grad_tensors=[v])
+    return Wl.grad
+
+
+class _SoftplusSavingOutput(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = F.softplus(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (y,) = ctx.saved_tensors
+        return -grad_output * torch.expm1(-y)
+
+
+class _SoftplusStableSigmoid(torch.autograd.Function):
+    @staticmethod
+    def forward(x):
+        return x.clamp(min=0) + torch.log1p(torch.exp(-x.abs()))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+        ctx.beta = 1.0                      # a number on ctx is fine; a tensor goes through save_for_backward
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors            # where() picks between two equal formulas: ulps apart, not a step
+        e = torch.exp(ctx.beta * x)
+        return grad_output * torch.where(x >= 0, 1 / (1 + torch.exp(-x)), e / (1 + e))
+
+
 @pytest.mark.parametrize("exercise_id,answer", [
+    # round 5 (02.softplus): no numerical derivative, no forward mode, no tensor kept on ctx; these pass
+    ("02.softplus", _SoftplusSavingOutput),
+    ("02.softplus", _SoftplusStableSigmoid),
+    # round 5 (second leaf): the ledger follows which leaf each value came from; one leaf, however made, passes
+    ("00.cube_grad", _cube_through_a_view),
+    ("00.cube_grad", lambda x: torch.func.vjp(lambda t: t ** 3, x.detach())[1](torch.ones_like(x))[0]),
+    ("02.vjp", _vjp_leaf_from_a_list),
     # round 5 (adv-00-04-r4: cg_j, vj_i, ag_g): a gradient taken with create_graph=True, returned detached,
     # was called a laundered formula (the detach of the engine's product counted as a recorded op's output)
     ("00.cube_grad", _cube_create_graph_detached),
@@ -369,7 +418,7 @@ def _accumulated_create_graph_detached(w, x, y, k):
     ("02.vjp", _vjp_by_torch_func),
     ("03.accumulated_grad", _micro_batch_grads_summed),
     ("03.train", _zero_grad_after_step),
-], ids=["cube-create_graph-detached", "vjp-create_graph-detached", "accumulated-create_graph-detached",
+], ids=["softplus-saves-output", "softplus-stable-where", "cube-view-of-leaf", "cube-func.vjp-detached-x", "vjp-leaf-from-list", "cube-create_graph-detached", "vjp-create_graph-detached", "accumulated-create_graph-detached",
         "cube-forward_ad", "cube-jacfwd", "cube-torch.func.grad", "vjp-torch.func", "accumulated-autograd.grad", "train-zero_grad-after"])
 def test_correct_styles_pass_public_and_hidden(exercise_id, answer):
     result = _check_everything(next(e for e in EXERCISES if e.id == exercise_id), answer)

@@ -29,7 +29,10 @@ actually ran, not what the answer's names say.
 * ``escapes``: threads and processes the answer started (the tape cannot follow them);
   ``tape_intact``: no recorder was switched off by the answer;
 * ``answer_kind``: ``"autograd.Function"`` for a ``torch.autograd.Function`` subclass, else
-  ``"function"``; with ``own_backward_ops`` (ops run by that Function's own backward);
+  ``"function"``; with ``own_backward_ops`` (ops run by that Function's own backward),
+  ``small_steps`` (ops of its forward or backward whose output is an input moved by a small
+  step, a difference quotient's point: ``tape._small_steps``) and, in ``grad_phase``,
+  ``ctx_tensors`` (tensors kept as attributes of ``ctx`` rather than ``save_for_backward``);
 * ``silent_writes``: tensor arguments (a module's parameters included) written behind
   their version counter's back: their values changed while the counter did not move (a
   write through ``.data``); and, for a method that asks for the write ledger
@@ -89,7 +92,7 @@ FACTS = ("engine_runs", "nested_engine_runs", "backward_ops", "backward_op_names
          "recompiled", "instances", "escapes", "tape_intact", "answer_kind", "own_backward_ops", "own_library_derivatives",
          "silent_writes", "samplers_built", "scalers_built", "tiny_engine_runs", "tiny_backwards",
          "tiny_own_backwards", "tiny_missing_backwards", "tiny_off_input", "tiny_unseen", "complex_outputs",
-         "work", "input_shapes")
+         "small_steps", "work", "input_shapes")
 
 
 class _CountingConstructions:

@@ -182,6 +182,11 @@ def autograd_derivative(wrt=0):
             return ("the value you returned is not only what autograd produced: it was computed with the input's "
                     "values besides the gradient (a formula multiplied or added in, with grad mode on or off). "
                     "Return the gradient autograd produced for the function the prompt names.")
+        if laundered.get("other_leaf"):
+            return ("the gradient you returned was computed from a second copy of the input (another leaf, or the "
+                    "caller's tensor) rather than from the leaf it belongs to: the backward pass multiplied by a "
+                    "value built from that other copy, which is the derivative typed by hand. Differentiate the "
+                    "function of one leaf and return that leaf's gradient.")
         if facts.get("passes_linear_in_input"):
             return ("your answer took the input's values out to Python (`tolist`, `item`, `numpy`), and one of "
                     "your backward passes never read a value autograd recorded from your leaf: it differentiated "
@@ -315,16 +320,23 @@ def own_function():
     """A ``torch.autograd.Function`` of the answer's own, whose ``backward`` computes the derivative itself.
 
     Fails an answer that is not a ``Function`` (``Softplus = F.softplus``), whose backward
-    never ran, or whose forward or backward calls autograd or one of PyTorch's derivative
-    kernels (``aten::*_backward``) or Python derivative rules (``DECOMPOSITIONS``) instead of
-    computing the derivative.
+    never ran, or whose forward or backward calls autograd (forward-mode AD included) or one of
+    PyTorch's derivative kernels (``aten::*_backward``) or Python derivative rules
+    (``DECOMPOSITIONS``) instead of computing the derivative; one that computes a numerical
+    derivative (complex tensors: a complex step; a value moved by a small step, ``x + h``: a
+    difference quotient, ``tape._small_steps``); and one that keeps tensors as ``ctx``
+    attributes instead of ``ctx.save_for_backward``.
     """
     def holds(facts):
         grad = facts.get("grad_phase") or {}
         return (facts.get("answer_kind") == "autograd.Function" and grad.get("own_backward_ops", 0) > 0
                 and facts["engine_runs"] == 0 and grad.get("nested_engine_runs", 0) == 0
                 and grad.get("own_library_derivatives", 0) == 0 and facts.get("library_derivatives", 0) == 0
-                and not _ran(facts, DECOMPOSITIONS) and not _ran(grad, DECOMPOSITIONS))
+                and not _ran(facts, DECOMPOSITIONS) and not _ran(grad, DECOMPOSITIONS)
+                and not facts.get("forward_ad", 0) and not grad.get("forward_ad", 0)
+                and not facts.get("complex_outputs", 0) and not grad.get("complex_outputs", 0)
+                and not facts.get("small_steps", 0) and not grad.get("small_steps", 0)
+                and not grad.get("ctx_tensors", 0))
 
     def explain(facts):
         grad = facts.get("grad_phase") or {}
@@ -335,6 +347,22 @@ def own_function():
         if facts["engine_runs"] or grad.get("nested_engine_runs", 0):
             return ("your Function runs autograd (`backward()`, `torch.autograd.grad` or `torch.func`) to get "
                     "its derivative: `backward` must compute it from what `forward` saved.")
+        if facts.get("forward_ad", 0) or grad.get("forward_ad", 0):
+            return ("your Function runs forward-mode AD (dual numbers, `torch.autograd.forward_ad` or "
+                    "`torch.func.jvp`) to get its derivative: that is autograd's derivative, not yours; "
+                    "`backward` must compute it with ordinary tensor operations.")
+        if facts.get("complex_outputs", 0) or grad.get("complex_outputs", 0):
+            return ("your Function computes with complex tensors: a complex-step derivative is numerical. Work "
+                    "out the derivative as a formula and evaluate it in `backward`.")
+        if facts.get("small_steps", 0) or grad.get("small_steps", 0):
+            return ("your Function evaluates at a point moved by a small step from its input (such as x + h and "
+                    "x - h): that is a numerical derivative (a difference quotient), not one you worked out. "
+                    "Write the derivative as a formula and evaluate it at the saved tensor.")
+        if grad.get("ctx_tensors", 0):
+            return ("your Function keeps a tensor as an attribute of `ctx` (such as `ctx.x = x`): tensors that "
+                    "`backward` needs must go through `ctx.save_for_backward(...)` and come back from "
+                    "`ctx.saved_tensors` (autograd then checks they were not modified in place, and frees them "
+                    "with the graph). Keep only non-tensor values as attributes.")
         if grad.get("own_library_derivatives", 0) or facts.get("library_derivatives", 0):
             return ("your Function calls one of PyTorch's own derivative kernels (an `aten::*_backward` op); "
                     "`backward` must compute the derivative with ordinary tensor operations.")
@@ -350,6 +378,25 @@ def own_function():
         holds=holds, explain=explain, grad_phase=True, watch=DECOMPOSITIONS,
         message="your answer's gradient does not come from a `backward` you wrote.",
         tag="own_function", origin=_made("own_function"))
+
+
+def own_derivatives():
+    """Local derivatives worked out by the answer: none of PyTorch's derivative kernels or rules ran.
+
+    Refuses the ``aten::*_backward`` ops (``tanh_backward``, ``sigmoid_backward``...: the local
+    derivatives autograd itself runs, callable directly as ``torch.ops.aten``) and the same rules
+    written in Python (``DECOMPOSITIONS``), wherever in the call they ran: for an exercise whose
+    skill is the derivative itself (a tiny engine's node, a backward written by hand).
+    """
+    return Method(
+        name="local derivatives you work out yourself (no PyTorch derivative kernel or rule)",
+        holds=lambda facts: facts["library_derivatives"] == 0 and not _ran(facts, DECOMPOSITIONS),
+        watch=DECOMPOSITIONS,
+        message=("your answer called one of PyTorch's own derivative kernels (an `aten::*_backward` op) or "
+                 "derivative rules written in Python (`torch._decomp`, `torch._refs`, `torch._prims`): that is "
+                 "the derivative autograd would use, not one you worked out. Write every local derivative "
+                 "with ordinary operations."),
+        tag="library_derivative", origin=_made("own_derivatives"))
 
 
 # --- library code the prompt asks the student to replace -----------------------------------
@@ -554,6 +601,6 @@ def rebuild(origin):
 
 FACTORIES = {function.__name__: function for function in (
     uses_autograd, autograd_derivative, steps_on_autograd_grads, backward_calls, no_autograd, no_forward_mode, no_torch_func, no_jacobian,
-    own_function,
+    own_function, own_derivatives,
     no_library, no_distributed_sampler, no_grad_scaler, no_optimizer, no_data_attribute, tiny_engine_op,
     checkpoint_used)}

@@ -134,8 +134,22 @@ def _grad_phase(record, exercise, answer, output, args, seed):
     record["facts"]["grad_phase"] = {key: value for key, value in tape.facts().items()
                                      if key in ("engine_runs", "nested_engine_runs", "backward_ops",
                                                 "own_backward_ops", "own_library_derivatives", "library_derivatives",
-                                                "escapes", "tape_intact", "ran")}
+                                                "escapes", "tape_intact", "ran", "forward_ad", "complex_outputs",
+                                                "small_steps")}
+    record["facts"]["grad_phase"]["ctx_tensors"] = _ctx_tensors(output, own)
     return grads
+
+
+def _ctx_tensors(output, own):
+    """Tensors the Function's ``ctx`` holds as attributes (``ctx.x = x``), not through ``save_for_backward``."""
+    found = 0
+    for tensor in flat_tensors(output):
+        ctx = tensor.grad_fn
+        if own is None or getattr(ctx, "_forward_cls", None) is not own:
+            continue
+        for value in vars(ctx).values():
+            found += len(flat_tensors(value))
+    return found
 
 
 def _record_error(record, error):

@@ -106,6 +106,12 @@ class Provenance:
         self.exported = False                   # the input's values (or values from them) left for Python
         self.leaf_seen = False                  # a tensor holding the input's values was recorded as requiring grad
         self._read = []                         # per backward pass in progress: did it read a tracked tensor
+        # Which leaves holding the input's values each value was computed from, through what autograd
+        # records, forward and backward: a gradient must come from its own leaf's graph, not from a second
+        # leaf's (``_other_leaves``).
+        self.leaves = {}                        # tensor id -> tensor: leaves holding the input's values, recorded
+        self.origins = {}                       # tensor id or storage id -> (frozenset of leaf ids, kept alive)
+        self.gradient_of = {}                   # storage id of a gradient autograd.grad returned -> its leaf
         for tensor in wrt:
             key, storage = _key(tensor)
             if key is not None:
@@ -139,6 +145,10 @@ class Provenance:
                 if tensor.requires_grad or self.in_transform:
                     self.tracked_ids[tensor._cdata] = tensor
                     self.leaf_seen = self.leaf_seen or key in self.inputs
+                    if key in self.inputs and tensor.requires_grad and tensor.grad_fn is None and name != "aten::detach":
+                        self.leaves[tensor._cdata] = tensor
+            if name != "aten::detach":      # a detached alias is out of the leaf's graph
+                self._pass_origins(inputs, outputs)
             for tensor, (key, storage) in zip(outputs, keys):
                 if from_derived or name in _ZERO_DERIVATIVE or not _floating(tensor):
                     self._mark([(key, storage)], self.derived)   # cut from the graph: a constant to backward
@@ -240,6 +250,7 @@ class Provenance:
             self.runs_unread += 1
 
     def backward(self, inputs, outputs):
+        self._pass_origins(inputs, outputs)
         for tensor in inputs:
             key = _key(tensor)[0]
             if self._laundered(tensor, as_weight=True):
@@ -279,6 +290,52 @@ class Provenance:
         for tensor in tensors:
             if self._from_input(tensor):
                 self.found["output"] += 1
+            elif self._other_leaves(tensor):
+                self.found["other_leaf"] += 1
+
+    # origins: which leaves holding the input's values a value was computed from
+    def _origins_of(self, tensor):
+        if tensor._cdata in self.leaves:
+            return frozenset((tensor._cdata,))
+        found = self.origins.get(("tensor", tensor._cdata)) or self.origins.get(_key(tensor)[0])
+        return found[0] if found else frozenset()
+
+    def _pass_origins(self, inputs, outputs):
+        origins = frozenset().union(*(self._origins_of(t) for t in inputs)) if inputs else frozenset()
+        if not origins:
+            return
+        for tensor in outputs:
+            key, storage = _key(tensor)
+            self.origins[("tensor", tensor._cdata)] = (origins, tensor)
+            if key is not None and key not in self.inputs:      # a view of the input: its own tensor only
+                self.origins[key] = (origins, storage)
+
+    def gradients(self, inputs, results):
+        """``torch.autograd.grad``'s results, each the gradient of the input at its place."""
+        for leaf, result in zip(inputs, results):
+            if torch.is_tensor(leaf) and torch.is_tensor(result):
+                self.gradient_of[_key(result)[0]] = leaf
+
+    def _other_leaves(self, tensor):
+        """A derivative computed from a leaf holding the input's values other than the one it is the gradient of.
+
+        ``y`` and ``z`` both fresh leaves of the input, ``(y * (3 * z * z)).sum().backward()``: ``y.grad``
+        is the engine's product and every value it read was recorded, yet it is ``3 z^2`` typed by hand,
+        taken from ``z``'s graph as a weight.  A gradient whose leaf is not known (a ``torch.func``
+        transform's, a forward-mode tangent) may come from the arguments' own graph, never another's.
+        """
+        origins = self._origins_of(tensor)
+        if not origins:
+            return False
+        key = _key(tensor)[0]
+        leaf = self.gradient_of.get(key)
+        if leaf is None:
+            leaf = next((leaf for leaf in self.leaves.values()
+                         if torch.is_tensor(leaf.grad) and _key(leaf.grad)[0] == key), None)
+        if leaf is not None:
+            return bool(origins - {leaf._cdata})
+        arguments = {argument._cdata for argument in self.arguments}
+        return bool({origin for origin in origins if origin not in arguments})
 
     def _from_input(self, tensor):
         """Computed from the input's values by ops outside the engine, recorded or not (a tangent aside)."""

@@ -291,8 +291,11 @@ class _Ops(TorchDispatchMode):
             if tape.own is not None and getattr(node, "_forward_cls", None) is tape.own:
                 tape.own_backward_ops += 1
                 tape.own_library_derivatives += name.endswith("_backward")
+                tape.small_steps += _small_steps(name, _tensors((args, kwargs)), outputs)
         else:
             tape.count(tape.ops, name)
+            if tape.own is not None:        # the Function's forward: a point saved for a difference quotient
+                tape.small_steps += _small_steps(name, _tensors((args, kwargs)), outputs)
             if tape.tainted and any(tape.is_tainted(t) for t in _tensors((args, kwargs))):
                 tape.taint(outputs)
         spec = tape.watchlist.ops.get(name)
@@ -399,6 +402,37 @@ def _storage_key(tensor):
     return storage._cdata, storage
 
 
+# Ops that copy or convert without choosing a point: a float32 round trip moves values by its rounding.
+_CONVERSIONS = frozenset(f"aten::{name}" for name in ("_to_copy", "to", "clone", "copy_", "_copy_from", "lift_fresh",
+                                                      "lift_fresh_copy", "detach", "alias", "contiguous"))
+_SMALL_STEP = 1e-3      # relative to 1 + |x|: a difference quotient's step is far smaller, a formula's changes far larger
+
+
+def _small_steps(name, inputs, outputs):
+    """How many outputs are one of the op's inputs moved by a small step: x + h, x * (1 + h), e^x * e^h.
+
+    The point a difference quotient evaluates at, next to the point it was given; no formula for a
+    derivative moves every entry of a value by less than 0.1 % and some by more than rounding.
+    """
+    if name in _CONVERSIONS:
+        return 0
+    found = 0
+    with torch._C._DisableTorchDispatch():
+        for out in outputs:
+            if not out.is_floating_point() or out.numel() < 2:
+                continue
+            for source in inputs:
+                if source is out or source.shape != out.shape or source.dtype != out.dtype:
+                    continue
+                scale = 1 + source.detach().abs()
+                step = (out.detach() - source.detach()).abs()
+                # beyond rounding (two equal formulas, ``where`` picking one, differ by a few ulps)
+                if bool((step <= _SMALL_STEP * scale).all()) and bool((step > 64 * torch.finfo(out.dtype).eps * scale).any()):
+                    found += 1
+                    break
+    return found
+
+
 # --- the engine stand-in ----------------------------------------------------------------
 
 class _CountingEngine:
@@ -426,6 +460,8 @@ class _CountingEngine:
                 tape.run_sizes.append(tape.run_largest)
             tape.run_largest = max(outer, tape.run_largest)
         tape.taint(_tensors(result))            # torch.autograd.grad's results
+        if tape.provenance is not None:         # each the gradient of the input at its place
+            tape.provenance.gradients(_tensors(args[4] if len(args) > 4 else kwargs.get("inputs")), _tensors(result))
         return result
 
     def __getattr__(self, name):
@@ -473,7 +509,7 @@ class Tape:
         self._plain, self._copies = {}, {}   # id(code) -> code: seen, nothing watched; id(code) -> (code, the specs it copies)
         self.engine_runs = self.nested_engine_runs = self.engine_depth = 0
         self.own_backward_ops = self.own_library_derivatives = self.library_derivatives = self.largest = 0
-        self.dual_levels = self.complex_outputs = self.work = 0
+        self.dual_levels = self.complex_outputs = self.work = self.small_steps = 0
         self.run_largest, self.run_sizes = 0, []    # per backward pass: the most elements of a tensor it produced
         self.escapes, self.switched_off = [], []
         self.tainted, self._names = {}, {}
@@ -663,6 +699,7 @@ class Tape:
             "own_library_derivatives": self.own_library_derivatives,
             "largest_numel": self.largest,
             "complex_outputs": self.complex_outputs,
+            "small_steps": self.small_steps,
             "work": self.work,
             "backward_largest": list(self.run_sizes),
             "ran": {spec: self.ran[spec] for spec in self.watchlist.specs if self.ran[spec]},
