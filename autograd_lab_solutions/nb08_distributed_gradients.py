@@ -420,6 +420,16 @@ def _through_the_parameters(model, micro_batches):
     (F.mse_loss(model(x), y) * shares[-1]).backward()
 
 
+def _pops_the_last(model, micro_batches):
+    """A right loop that takes the last micro-batch with ``pop()``: the caller's list loses it (round 5, d08j)."""
+    rows = sum(len(x) for x, _ in micro_batches)
+    x_last, y_last = micro_batches.pop()
+    with model.no_sync():
+        for x, y in micro_batches:
+            (F.mse_loss(model(x), y) * len(x) / rows).backward()
+    (F.mse_loss(model(x_last), y_last) * len(x_last) / rows).backward()
+
+
 def _one_big_batch(model, micro_batches):
     x = torch.cat([x for x, _ in micro_batches])
     y = torch.cat([y for _, y in micro_batches])
@@ -540,6 +550,7 @@ register(Exercise(
     reference=accumulate,
     inputs=_no_sync_inputs,
     call="autograd_lab.labs.ddp_check:on_ranks",   # the answer runs on 2 real gloo ranks
+    modifies=("model:grad",),     # on each rank (the ranks report what the answer changed in their copies)
     hints=(
         "Which call makes DDP decide that the next backward will all-reduce? The notebook measured it with three "
         "variants of the loop.",
@@ -614,5 +625,7 @@ register(Exercise(
         WrongAnswer(_one_backward, expect="one_backward"),
         WrongAnswer(_divide_by_count, expect="weighted_by_count", note="the notebook's / K: right for equal sizes"),
         WrongAnswer(_no_division, expect="not_divided"),
+        WrongAnswer(_pops_the_last, expect="modified_input",
+                    note="micro_batches.pop(): the caller's list changed (adversarial round 5, d08j: full marks)"),
     ),
 ))

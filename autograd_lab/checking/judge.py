@@ -117,6 +117,19 @@ def method_finding(exercise, student):
     return None if method is None else Finding(method.tag, method.feedback(facts, args))
 
 
+# What to do instead: for a `.grad` set, else for the first change found (``untouched.ASPECTS``).
+_UNTOUCHED_ADVICE = {
+    "grad": ("`backward()` on a graph built from the caller's tensor fills that tensor's `.grad`: take the gradient "
+             "on a leaf of your own (`x.detach().requires_grad_()`) or with `torch.autograd.grad`."),
+    "values": "work on a copy (`x.detach().clone()`) or compute out of place.",
+    "requires_grad": "work on a copy (`x.detach().clone()`) or compute out of place.",
+    "items": ("read the list or dict without changing it: index or slice it (`*first, last = items`, `items[:-1]`); "
+              "`pop`, `append`, `del` and assigning an item change the caller's own."),
+    "training": "leave the module's train/eval mode as you found it (or put it back before returning).",
+    "state": "read the optimizer's param groups and state without changing them; report, do not repair.",
+}
+
+
 def touched_finding(exercise, student):
     """A ``modified_input`` finding when the answer changed an argument the exercise does not let it change."""
     touched = student.get("touched") or []
@@ -125,10 +138,8 @@ def touched_finding(exercise, student):
     changed = untouched.forbidden([t for t in touched if isinstance(t, dict)], exercise.modifies)
     if not changed:
         return None
-    grads = any(entry.get("what") == "grad" for entry in changed)
-    advice = ("`backward()` on a graph built from the caller's tensor fills that tensor's `.grad`: take the gradient "
-              "on a leaf of your own (`x.detach().requires_grad_()`) or with `torch.autograd.grad`." if grads else
-              "work on a copy (`x.detach().clone()`) or compute out of place.")
+    what = "grad" if any(entry.get("what") == "grad" for entry in changed) else changed[0].get("what")
+    advice = _UNTOUCHED_ADVICE.get(what, _UNTOUCHED_ADVICE["values"])
     return Finding("modified_input", f"Your function changed its input {untouched.describe(changed, exercise.parameter_names())} "
                                      f"in place, and the prompt asks you to leave the arguments as they were: {advice}")
 

@@ -7,6 +7,7 @@ attempted, an exception, a timeout) is written into the record, never raised.
 """
 
 import functools
+import inspect
 import os
 
 import torch
@@ -73,11 +74,11 @@ def _run_function(record, exercise, answer, args, seed, timeout):
         record["error"] = (f"TypeError: expected a function named {exercise.answer_name}, "
                            f"got {type(answer).__name__}")
         return
-    before = untouched.snapshot(args)
+    before, elsewhere = untouched.snapshot(args), untouched.Elsewhere()
     try:
         with deadline(timeout) as timer:
-            output = _call(record, exercise, answer, function, args)
-            record["touched"] = untouched.changes(before)
+            output = _call(record, exercise, answer, function, args, elsewhere)
+            record["touched"] = untouched.changes(before) + elsewhere.found
             if "grad" in exercise.compare or _needs_grad_phase(exercise):
                 grads = _grad_phase(record, exercise, answer, output, args, seed)
                 if "grad" in exercise.compare:
@@ -100,15 +101,18 @@ def _run_function(record, exercise, answer, args, seed, timeout):
         record["args_after"] = [encode(arg) for arg in args]
 
 
-def _call(record, exercise, answer, function, args):
+def _call(record, exercise, answer, function, args, elsewhere):
     """``function(*args)``; for an exercise with a ``method``, the tape's facts go into ``record["facts"]``.
 
     An exercise with ``call`` has the answer called through that function instead
-    (``08.no_sync_loop``: on real ranks, ``labs/ddp_check.py``).
+    (``08.no_sync_loop``: on real ranks, ``labs/ddp_check.py``); a caller that gives the
+    answer copies of the arguments elsewhere takes ``watch_arguments`` and reports to
+    ``elsewhere`` what the answer changed there (``untouched.Elsewhere``).
     """
     via = exercise.caller()
     if via is not None:
-        function = functools.partial(via, function)
+        watching = {"watch_arguments": elsewhere} if "watch_arguments" in inspect.signature(via).parameters else {}
+        function = functools.partial(via, function, **watching)
     if not exercise.method:
         return function(*args)
     with watch(flat_tensors(args), watchlist=watch_specs(exercise.method), answer=answer) as watched:

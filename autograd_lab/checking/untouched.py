@@ -128,6 +128,31 @@ def _same(tensor, copy):
     return bool(same.all())
 
 
+class Elsewhere:
+    """What an answer changed in copies of its arguments that it got in another process.
+
+    An exercise whose ``call`` runs the answer there (``08.no_sync_loop``: one process per
+    DDP rank, each with its own copy of the model and of its micro-batches) declares a
+    keyword parameter ``watch_arguments``: ``observe`` passes one of these, the caller sends
+    it along (it pickles by name), takes ``snapshot`` of what the answer gets before the
+    call and ``changes`` after it, where the answer ran, and hands the entries back to
+    ``report`` in the caller's terms (the argument's index and path in the original
+    arguments).  ``observe`` adds them to ``record["touched"]``.
+    """
+
+    snapshot = staticmethod(snapshot)
+    changes = staticmethod(changes)
+
+    def __init__(self):
+        self.found = []
+
+    def report(self, entries):
+        for entry in entries:
+            entry = {"argument": int(entry["argument"]), "path": str(entry["path"]), "what": str(entry["what"])}
+            if entry not in self.found and len(self.found) < MAX_REPORTED:
+                self.found.append(entry)
+
+
 # --- what the exercise allows ---------------------------------------------------------------
 
 def normalise(modifies, parameter_names):

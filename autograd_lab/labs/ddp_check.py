@@ -17,7 +17,11 @@ calls ``answer(model, its_micro_batches)``, and reports
 * ``backward_passes``: how many backward passes reached the parameters;
 * ``allreduced_after_forward``: for each all-reduce DDP ran, how many forwards had
   run through DDP by then (a communication hook records it, then averages as DDP does);
-* ``grads``: each parameter's ``.grad`` at the end.
+* ``grads``: each parameter's ``.grad`` at the end;
+
+and, given ``watch_arguments`` (the check's ``untouched.Elsewhere``), what the answer changed
+in its rank's copies of the model and of its micro-batches (``micro_batches.pop()``), in
+the terms of the caller's arguments: the check fails an answer that changes its inputs.
 
 Ranks that synchronised at the wrong time end with different gradients, which no
 single process can show.  Every correct answer leaves the same record, whatever
@@ -64,13 +68,13 @@ class AnswerOutOfTime(Exception):
     """The answer's time ran out inside a rank (reported to ``launch`` as an ordinary error)."""
 
 
-def on_ranks(answer, module, micro_batches):
+def on_ranks(answer, module, micro_batches, *, watch_arguments=None):
     """Call ``answer(DDP(module), micro_batches[rank])`` on ``len(micro_batches)`` real ranks; what each did.
 
     Returns ``{"forward_rows": [...], "around_ddp": [...], "sync_turned_off": [...],
     "backward_passes": [...], "allreduced_after_forward": [...], "grads": [...]}``, one entry per rank.  An answer that raised on a rank raises here
     the same builtin exception type with its line; one that ran out of time is stopped
-    by the check's own clock.
+    by the check's own clock.  ``watch_arguments``: see the module's docstring.
     """
     if _is_stub(answer):   # the unfilled stub: no need to start processes to see it raise
         raise NotImplementedError
@@ -80,7 +84,7 @@ def on_ranks(answer, module, micro_batches):
     try:
         run = launch(_rank, world_size=len(micro_batches), timeout=START_UP_SECONDS + seconds,
                      collective_timeout=min(seconds, 30.0) + 5.0, answer=shipped, module=module,
-                     micro_batches=micro_batches, seconds=seconds)
+                     micro_batches=micro_batches, seconds=seconds, watch=watch_arguments)
     except BaseException:
         clock.resume(0.0)
         raise
@@ -90,6 +94,10 @@ def on_ranks(answer, module, micro_batches):
     if timed_out:
         clock.wait_for_alarm()
     _raise_answer_error(run)
+    if watch_arguments is not None:
+        for rank in range(run.world_size):      # rank r's micro-batches are micro_batches[r] here
+            watch_arguments.report(dict(entry, path=f"#1[{rank}]" + entry["path"][2:]) if entry["argument"] == 1
+                                   else entry for entry in run.results[rank]["touched"])
     return {key: [run.results[rank][key] for rank in range(run.world_size)]
             for key in RECORDED}
 
@@ -132,7 +140,7 @@ def _exception(error_type, text):
 
 # --- inside one rank ---------------------------------------------------------------------
 
-def _rank(rank, world_size, answer, module, micro_batches, seconds):
+def _rank(rank, world_size, answer, module, micro_batches, seconds, watch=None):
     """One rank: DDP over this rank's copy of ``module``, the answer on ``micro_batches[rank]``, the record."""
     function = shipping.loads(answer)
     record = {"forward_rows": [], "around_ddp": 0, "sync_turned_off": False, "backward_passes": 0,
@@ -162,6 +170,7 @@ def _rank(rank, world_size, answer, module, micro_batches, seconds):
     first.register_post_accumulate_grad_hook(count_backward)
     model = DDP(module)
     model.register_comm_hook(None, _recording_allreduce(record))
+    before = watch.snapshot((module, micro_batches[rank])) if watch is not None else None   # after DDP's broadcast
     start = time.process_time()
     try:
         with _time_limit(seconds):
@@ -171,6 +180,7 @@ def _rank(rank, world_size, answer, module, micro_batches, seconds):
     except Exception as error:
         raise AnswerRaised(_describe(error)) from None
     record["seconds"] = time.process_time() - start   # CPU time, what the clock counts
+    record["touched"] = watch.changes(before) if watch is not None else []
     record["forward_rows"].sort()
     record["around_ddp"] += max(record["backward_passes"] - through_ddp[0], 0)
     record["grads"] = {name: None if p.grad is None else p.grad.detach().clone()
