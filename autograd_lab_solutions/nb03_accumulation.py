@@ -5,6 +5,7 @@ import torch.nn.functional as F
 
 from autograd_lab.checking import (Exercise, Method, Misconception, WrongAnswer, autograd_derivative, register,
                                     steps_on_autograd_grads, uses_autograd)
+from autograd_lab.checking.methods import micro_batches
 from autograd_lab.checking.variation import choose, generator
 
 
@@ -119,6 +120,38 @@ def _batch_folded_before_the_loop(w, x, y, k):
     return w.grad
 
 
+def _folded_batch(x, y):
+    """Round 4 (A2): the whole batch folded into x^T x through its eigenvectors, so no pass produces a large tensor."""
+    gram = (x.T @ x).double()
+    values, vectors = torch.linalg.eigh(gram)
+    columns = [vectors[:, i].to(x.dtype).contiguous() for i in range(vectors.shape[1])]
+    return len(y), values.to(x.dtype), columns, x.T @ y, (y * y).sum()
+
+
+def _folded_loss(wl, n, values, columns, moment, energy):
+    quadratic = sum(values[i] * (columns[i] * wl).sum() ** 2 for i in range(len(columns)))
+    return (quadratic - 2 * (moment * wl).sum() + energy) / n
+
+
+def _padded_full_batch_passes(w, x, y, k):
+    """Round 4 (A2): k passes of the folded full-batch loss, each with a padding term of one micro-batch's size."""
+    wl = w.detach().clone().requires_grad_()
+    parts = _folded_batch(x, y)
+    pad = torch.zeros(x.numel() // k)
+    for _ in range(k):
+        (_folded_loss(wl, *parts) / k + (pad * wl.sum()).sum()).backward()
+    return wl.grad
+
+
+def _padded_with_micro_batch_rows(w, x, y, k):
+    """The same, with a dummy term that reads each micro-batch's rows: the whole batch still flows into every pass."""
+    wl = w.detach().clone().requires_grad_()
+    parts = _folded_batch(x, y)
+    for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
+        (_folded_loss(wl, *parts) / k + 0 * F.mse_loss(x_micro @ wl, y_micro)).backward()
+    return wl.grad
+
+
 def _formula_with_backward_for_show(w, x, y, k):
     """A reviewer's shortcut: k backward passes for show, then the closed-form gradient."""
     for _ in range(k):
@@ -179,17 +212,10 @@ ONE_BACKWARD_PER_MICRO_BATCH = Method(
     tag="one_backward")
 
 
-# Each backward pass goes through one micro-batch's graph: the largest tensor a pass produces
-# is then the size of that micro-batch's rows of x (x is the largest argument), the same for
-# the k passes, one k-th of x each. A pass through the whole batch's graph works on all of x.
-MICRO_BATCH_GRAPHS = Method(
-    name="one backward pass per micro-batch, each through that micro-batch's own graph",
-    holds=lambda facts, args: facts["backward_largest"] == [facts["largest_input_numel"] // args[3]] * args[3],
-    message=("each of your `k` backward passes must go through the graph of one micro-batch: a forward "
-             "pass on that micro-batch's rows of `x` and `y` alone, then `backward()` on its loss. Your "
-             "passes did not each work on one `k`-th of the batch (a pass through the whole batch's loss, "
-             "or through something computed from all of it, is not a micro-batch)."),
-    tag="micro_batches")
+# Each backward pass differentiates one micro-batch's loss: the rows of x (argument 1) and y (argument 2)
+# that flowed into it are that micro-batch's, k-th of the batch each, together all of it (``rows.py``).
+# Round 4 A2 forged the size of what each pass produced with a padding tensor: sizes are not judged.
+MICRO_BATCH_GRAPHS = micro_batches(rows=(1, 2), k=3)
 
 
 register(Exercise(
@@ -221,6 +247,8 @@ register(Exercise(
         WrongAnswer(_full_batch_k_times, expect="micro_batches", note="the whole batch k times"),
         WrongAnswer(_full_batch_then_empty_passes, expect="micro_batches", note="one real pass, k - 1 empty"),
         WrongAnswer(_batch_folded_before_the_loop, expect="micro_batches", note="x^T x folded once"),
+        WrongAnswer(_padded_full_batch_passes, expect="micro_batches", note="round 4 A2: a padding tensor forges sizes"),
+        WrongAnswer(_padded_with_micro_batch_rows, expect="micro_batches", note="A2 with each micro-batch read for show"),
         WrongAnswer(_formula_with_backward_for_show, expect="typed_formula", note="closed form"),
         WrongAnswer(_closed_form_through_leaf, expect="laundered_formula", note="round 3 B1: closed form as gradient="),
         WrongAnswer(_closed_form_per_micro_batch, expect="laundered_formula", note="closed form as a weight"),
@@ -513,6 +541,59 @@ def _closed_form_added_into_grad(w0, x, y, lr, steps, k):
     return w.detach()
 
 
+def _by_hand_beside_an_idle_step(w0, x, y, lr, steps, k, spoil="lr"):
+    """Round 5 (trs_7): the update written by hand, then `optimizer.step()` made to move nothing."""
+    w = w0.detach().clone().requires_grad_()
+    optimizer = torch.optim.SGD([w], lr=lr)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
+            (F.mse_loss(x_micro @ w, y_micro) / k).backward()
+        with torch.no_grad():
+            w -= lr * w.grad
+        if spoil == "lr":                      # the step runs at lr 0, and the lr is put back
+            optimizer.param_groups[0]["lr"] = 0.0
+            optimizer.step()
+            optimizer.param_groups[0]["lr"] = lr
+        elif spoil == "grad":                  # the step finds the gradients cleared
+            w.grad.zero_()
+            optimizer.step()
+        else:                                  # the step moves w a little, by a gradient shrunk from the real one
+            w.grad.mul_(1e-6)
+            optimizer.step()
+    return w.detach()
+
+
+def _by_hand_step_on_a_decoy(w0, x, y, lr, steps, k):
+    """The optimizer steps a decoy parameter the losses touch; w itself is updated by hand."""
+    w = w0.detach().clone().requires_grad_()
+    decoy = torch.zeros(1, requires_grad=True)
+    optimizer = torch.optim.SGD([decoy], lr=lr)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        w.grad = None
+        for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
+            (F.mse_loss(x_micro @ w, y_micro) / k + decoy.sum()).backward()
+        optimizer.step()
+        with torch.no_grad():
+            w -= lr * w.grad
+    return w.detach()
+
+
+def _padded_normal_equations(w0, x, y, lr, steps, k):
+    """Round 4 (A2): the folded full-batch loss in each of the k passes, a padding tensor forging their sizes."""
+    w = w0.detach().clone().requires_grad_()
+    optimizer = torch.optim.SGD([w], lr=lr)
+    parts = _folded_batch(x, y)
+    pad = torch.zeros(x.numel() // k)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        for _ in range(k):
+            (_folded_loss(w, *parts) / k + (pad * w.sum()).sum()).backward()
+        optimizer.step()
+    return w.detach()
+
+
 def _keeps_last_micro_batch(student, reference, args):
     return torch.allclose(student, _zero_grad_per_micro_batch(*args), atol=1e-6)
 
@@ -536,6 +617,18 @@ OPTIMIZER_STEPS = Method(
     tag="optimizer_step",
     watch=("code:torch.optim.sgd:SGD.step",))
 
+# The optimizer's step makes the update: every change of w happens inside a step, every step moves it,
+# and the returned values are what the last step left (``tape._OptimizerMoves``; round 5, trs_7: an update
+# written by hand next to an idle `optimizer.step()` at lr 0 had full marks).
+STEP_MAKES_THE_UPDATE = Method(
+    name="the update made by `optimizer.step()`",
+    holds=lambda facts: not facts["optimizer_moves"]["still"] and not facts["optimizer_moves"]["outside"] and facts["optimizer_moves"]["output"] is not False,
+    message=("every change of `w` must come from the optimizer's `step()`: your answer changed `w` where no "
+             "`step()` ran (an update written by hand), ran a `step()` that left `w` where it was (nothing to "
+             "apply, or a learning rate of 0), or returned values that no `step()` produced. Let `step()` "
+             "apply the accumulated gradients with the given learning rate."),
+    tag="hand_update")
+
 # One backward pass per micro-batch of every step (args[4] steps, args[5] micro-batches).
 MICRO_BATCH_BACKWARDS = Method(
     name="one backward pass per micro-batch",
@@ -545,16 +638,9 @@ MICRO_BATCH_BACKWARDS = Method(
     tag="micro_batch_backwards")
 
 
-# Each backward pass goes through one micro-batch's graph: in every step, k passes whose
-# largest tensor is one k-th of x (the largest argument), as in MICRO_BATCH_GRAPHS.
-MICRO_BATCH_GRAPHS_PER_STEP = Method(
-    name="the k micro-batches of the given loop, each backward pass through one micro-batch's graph",
-    holds=lambda facts, args: facts["backward_largest"] == [facts["largest_input_numel"] // args[5]] * (args[4] * args[5]),
-    message=("the prompt keeps the micro-batches: each backward pass must go through the graph of one "
-             "micro-batch, a forward pass on that micro-batch's rows of `x` and `y` alone. Your passes did "
-             "not each work on one `k`-th of the batch (a pass through the whole batch's loss is not a "
-             "micro-batch)."),
-    tag="micro_batches")
+# Each backward pass differentiates one micro-batch's loss, the k passes of every step (args[4] steps,
+# args[5] micro-batches) splitting the rows of x and y between them, as in MICRO_BATCH_GRAPHS.
+MICRO_BATCH_GRAPHS_PER_STEP = micro_batches(rows=(1, 2), k=5, steps=4)
 
 
 register(Exercise(
@@ -564,7 +650,9 @@ register(Exercise(
     reference=train,
     inputs=_train_inputs,
     # The .grad each step applies must be what the backward passes produced (round 4, A3).
-    method=(OPTIMIZER_STEPS, MICRO_BATCH_BACKWARDS, MICRO_BATCH_GRAPHS_PER_STEP, steps_on_autograd_grads()),
+    # The ledger's diagnosis first: a formula written into .grad reaches w through the step, and with it every row.
+    method=(OPTIMIZER_STEPS, STEP_MAKES_THE_UPDATE, MICRO_BATCH_BACKWARDS, steps_on_autograd_grads(),
+            MICRO_BATCH_GRAPHS_PER_STEP),
     hints=(
         "Print `w.grad` just before `optimizer.step()` in the given loop, and compare it with the "
         "gradient of the whole batch's loss: which micro-batches does it contain?",
@@ -593,8 +681,15 @@ register(Exercise(
         WrongAnswer(_zero_grad_before_step, expect="zeroed_before_step"),
         WrongAnswer(_closed_form, expect="optimizer_step", note="formula, no optimizer"),
         WrongAnswer(_by_hand_update, expect="optimizer_step", note="update by hand"),
+        WrongAnswer(_by_hand_beside_an_idle_step, expect="hand_update", note="round 5 trs_7: step at lr 0"),
+        WrongAnswer(lambda *args: _by_hand_beside_an_idle_step(*args, spoil="grad"), expect="hand_update",
+                    note="by hand, then the step finds .grad zeroed"),
+        WrongAnswer(lambda *args: _by_hand_beside_an_idle_step(*args, spoil="shrunk"), expect="hand_update",
+                    note="by hand, then a step that moves w by a shrunk gradient"),
+        WrongAnswer(_by_hand_step_on_a_decoy, expect="hand_update", note="the optimizer steps a decoy"),
         WrongAnswer(_full_batch_step, expect="micro_batch_backwards", note="no micro-batches"),
         WrongAnswer(_full_batch_k_times_per_step, expect="micro_batches", note="the whole batch k times per step"),
+        WrongAnswer(_padded_normal_equations, expect="micro_batches", note="round 4 A2: padding forges the sizes"),
         WrongAnswer(_fixed_lr, expect="wrong_value", note="lr hard-coded"),
         WrongAnswer(_trains_callers_w0, expect="modified_input", note="detach without clone"),
         WrongAnswer(_closed_form_written_into_grad, expect="laundered_formula", note="round 4 A3: formula into .grad"),

@@ -57,7 +57,13 @@ actually ran, not what the answer's names say.
 * ``complex_outputs``: tensors with a complex dtype that ops produced (a complex step);
   ``work``: the elements of all the tensors ops produced, backward included, plus the multiply-adds of
   matrix products and convolutions (a numerical derivative's work grows with the parameters' count);
-  ``input_shapes``: the shape of each tensor argument, in order.
+  ``input_shapes``: the shape of each tensor argument, in order;
+* ``optimizer_moves``: ``{"steps", "still", "outside", "output"}``: optimizer steps seen, steps that
+  left a parameter holding a ``.grad`` where it was, parameter changes made where no step ran, and
+  whether the returned values are what a step left in a parameter (``tape._OptimizerMoves``);
+* ``backward_rows``: ``{"totals", "runs"}``, for a method that names ``rows:`` specs: each data
+  argument's row count, and per backward pass the rows of each that flowed into what it
+  differentiated (``rows.py``).
 
 With a method that names ``wrt:`` specs (``autograd_derivative``), the provenance ledger
 (``provenance.py``) adds ``laundered``: ``{"gradient" | "weight" | "output": n}``, derivatives
@@ -92,7 +98,7 @@ FACTS = ("engine_runs", "nested_engine_runs", "backward_ops", "backward_op_names
          "recompiled", "instances", "escapes", "tape_intact", "answer_kind", "own_backward_ops", "own_library_derivatives",
          "silent_writes", "samplers_built", "scalers_built", "tiny_engine_runs", "tiny_backwards",
          "tiny_own_backwards", "tiny_missing_backwards", "tiny_off_input", "tiny_unseen", "complex_outputs",
-         "small_steps", "work", "input_shapes")
+         "small_steps", "work", "input_shapes", "optimizer_moves", "backward_rows")
 
 
 class _CountingConstructions:
@@ -358,7 +364,8 @@ def watch(tensors, *, watchlist=(), answer=None, sizes=True):
                             tiny_off_input=points.off(tiny.inputs()),
                             tiny_unseen=sum(max(0, facts["ran"].get(f"code:{target}", 0) - points.seen[target])
                                             for target in Watchlist.of(watchlist).points),
-                            input_shapes=[list(t.shape) for t in tensors])
+                            input_shapes=[list(t.shape) for t in tensors],
+                            optimizer_moves=tape.moves.facts(result.output))
 
 
 def _discount(ran, specs, calls):

@@ -221,6 +221,56 @@ def steps_on_autograd_grads(wrt=0):
         tag="laundered_formula", origin=_made("steps_on_autograd_grads", wrt=wrt))
 
 
+def micro_batches(rows=(1,), k=1, steps=None):
+    """Each backward pass differentiates one micro-batch: the rows of the data that flowed into its loss.
+
+    ``rows``: the data arguments (index among the call's tensor arguments; micro-batches are
+    their rows); ``k``: the index of the argument that holds the number of micro-batches;
+    ``steps``: of the one that holds the number of optimizer steps (each step's ``k`` passes
+    are judged together), or ``None`` for one step.  Each group of ``k`` passes must split
+    every data argument's rows into ``k`` disjoint parts of equal size that cover them all,
+    one per pass, judged on what each pass's loss was computed from (``rows.py``), not on
+    the sizes of the tensors it produced.
+    """
+    def groups(facts, args):
+        runs, count = facts["backward_rows"]["runs"], args[k] * (args[steps] if steps is not None else 1)
+        if len(runs) != count:
+            return None
+        return [runs[start:start + args[k]] for start in range(0, count, args[k])]
+
+    def holds(facts, args):
+        found = groups(facts, args)
+        if found is None:
+            return False
+        totals = facts["backward_rows"]["totals"]
+        return all(sorted(row for run in group for row in run[j]) == list(range(total))
+                   and all(len(run[j]) * args[k] == total for run in group)
+                   for group in found for j, total in enumerate(totals))
+
+    def explain(facts, args):
+        found, totals = groups(facts, args), facts["backward_rows"]["totals"]
+        if found is None:
+            return None
+        for group in found:
+            for run in group:
+                if any(len(run[j]) == total for j, total in enumerate(totals)):
+                    return ("one of your backward passes differentiated a loss computed from every row of the "
+                            "batch (the whole batch's loss, or something computed from all of it such as "
+                            "`x.T @ x`): each pass's loss must be computed from one micro-batch's rows alone.")
+                if not any(run):
+                    return ("one of your backward passes differentiated a loss computed from none of the batch's "
+                            "rows: each pass must go through one micro-batch's loss.")
+        return None
+
+    return Method(
+        name="one backward pass per micro-batch, each through that micro-batch's own loss",
+        holds=holds, explain=explain, watch=tuple(f"rows:{index}" for index in rows),
+        message=("each of your `k` backward passes must differentiate the loss of one micro-batch: a forward "
+                 "pass on that micro-batch's rows of the data alone, the `k` micro-batches splitting the batch "
+                 "into equal parts. Your passes did not each work on their own `k`-th of the rows."),
+        tag="micro_batches", origin=_made("micro_batches", rows=tuple(rows), k=k, steps=steps))
+
+
 def backward_calls(n, *, name=None):
     """Exactly ``n`` backward passes; ``n`` may be a function of the case's arguments.
 
@@ -600,7 +650,7 @@ def rebuild(origin):
 
 
 FACTORIES = {function.__name__: function for function in (
-    uses_autograd, autograd_derivative, steps_on_autograd_grads, backward_calls, no_autograd, no_forward_mode, no_torch_func, no_jacobian,
+    uses_autograd, autograd_derivative, steps_on_autograd_grads, micro_batches, backward_calls, no_autograd, no_forward_mode, no_torch_func, no_jacobian,
     own_function, own_derivatives,
     no_library, no_distributed_sampler, no_grad_scaler, no_optimizer, no_data_attribute, tiny_engine_op,
     checkpoint_used)}

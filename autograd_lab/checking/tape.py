@@ -52,6 +52,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
 from .provenance import Provenance
+from .rows import Rows
 
 MAX_NAMES = 64          # distinct op names kept per table: a record stays small whatever ran
 MAX_RUNS = 1024         # backward passes whose largest tensor is kept (``backward_largest``)
@@ -111,6 +112,7 @@ class Watchlist:
         self.classes = {}       # class -> spec
         self.ops = {}           # "aten::name" -> spec
         self.wrt = ()           # "wrt:0": the flat tensor arguments whose derivative must come from autograd
+        self.rows = ()          # "rows:1": the flat tensor arguments (data) whose rows each backward pass reads
         self.points = ()        # "args:math:tanh": functions whose arguments are recorded (``facts._Points``)
         self._keep = []         # the watched objects stay alive, so their ids stay theirs
         for spec in self.specs:
@@ -127,6 +129,9 @@ class Watchlist:
         kind, _, target = spec.partition(":")
         if kind == "wrt":       # not code to watch: asks for the provenance ledger (``provenance.py``)
             self.wrt = tuple(sorted(set(self.wrt) | {int(target)}))
+            return
+        if kind == "rows":      # not code to watch: the data arguments whose rows each backward pass reads (``rows.py``)
+            self.rows = tuple(sorted(set(self.rows) | {int(target)}))
             return
         if kind == "op":
             self.ops[target] = spec
@@ -285,6 +290,8 @@ class _Ops(TorchDispatchMode):
                 tape.provenance.backward(_tensors((args, kwargs)), outputs)
             else:
                 tape.provenance.forward(name, _tensors((args, kwargs)), outputs, grad_on)
+        if tape.rows is not None and node is None:    # a gradient is judged by the ledger, not as data
+            tape.rows.forward(name, _tensors((args, kwargs)), outputs, args)
         if node is not None:
             tape.count(tape.backward_ops, name)
             tape.taint(outputs)
@@ -350,6 +357,8 @@ class _DualTensors(TorchFunctionMode):
             self.tape.dual_levels += 1
         ledger = self.tape.provenance
         name = getattr(func, "__name__", "")
+        if self.tape.rows is not None and name in _EXPORTS and args and torch.is_tensor(args[0]):
+            self.tape.rows.exporting(args[0])
         if ledger is not None and name in _EXPORTS and args and torch.is_tensor(args[0]):
             ledger.exporting(args[0])
         if ledger is not None and name == "_make_dual":
@@ -450,6 +459,9 @@ class _CountingEngine:
         outer, tape.run_largest = tape.run_largest, 0     # this pass's own largest tensor (a nested pass has its own)
         if tape.provenance is not None:
             tape.provenance.start_run(_tensors(args[1] if len(args) > 1 else kwargs.get("grad_tensors")))
+        if tape.rows is not None:       # the losses (roots) and their gradient=: what this pass differentiates
+            tape.rows.start_run(_tensors(args[0] if args else kwargs.get("tensors"))
+                                + _tensors(args[1] if len(args) > 1 else kwargs.get("grad_tensors")))
         try:
             result = self._engine.run_backward(*args, **kwargs)
         finally:
@@ -502,6 +514,8 @@ class Tape:
         # The provenance ledger, only where a method asks for it (``wrt:`` specs): a few lookups per op.
         self.provenance = (Provenance([arguments[i] for i in self.watchlist.wrt if i < len(arguments)], arguments)
                            if self.watchlist.wrt else None)
+        self.rows = (Rows([arguments[i] for i in self.watchlist.rows if i < len(arguments)], arguments)
+                     if self.watchlist.rows else None)
         self.profile = profile or bool(self.watchlist.specs)
         self.own = own                          # an autograd.Function subclass: its backward is "own"
         self.ops, self.backward_ops = collections.Counter(), collections.Counter()
@@ -514,6 +528,7 @@ class Tape:
         self.escapes, self.switched_off = [], []
         self.tainted, self._names = {}, {}
         self.intact, self.new_instances, self._young, self._chained = True, collections.Counter(), None, None
+        self.moves, self._returns = _OptimizerMoves(), {}     # who moved an optimizer's parameters; frames to see return
 
     # dispatch-mode helpers (called per op: kept short)
     def op_name(self, func):
@@ -546,6 +561,8 @@ class Tape:
             code = frame.f_code
             if id(code) in self._codes or id(code) not in self._plain:
                 self._safely(self._saw_code, frame, code)
+        elif event == "return" and self._returns and frame in self._returns:
+            self._safely(self.moves.returned, self._returns.pop(frame), frame.f_locals.get("self"))
         if self._chained is not None:
             self._chained(frame, event, arg)
 
@@ -570,6 +587,10 @@ class Tape:
                 self.recompiled[spec] += 1
         for spec in specs or ():
             self.ran[spec] += 1
+        if code.co_name in ("step", "__init__") and specs:     # an optimizer's own code (``_OptimizerMoves``)
+            self._returns[frame] = code.co_name
+            if code.co_name == "step":
+                self.moves.stepping(frame.f_locals.get("self"))
         if self.provenance is not None and code.co_name == "step":    # an optimizer about to apply .grad
             groups = getattr(frame.f_locals.get("self"), "param_groups", None) or ()
             self.provenance.stepping([p for group in groups for p in group.get("params", ())])
@@ -626,7 +647,7 @@ class Tape:
         if self.profile:
             sys.setprofile(self._profile)
             threading.setprofile(self._profile)     # threads started with `threading` are seen too
-            if self.provenance is not None:
+            if self.provenance is not None or self.rows is not None:
                 self._transforms = _DualTensors(self, count_duals=False)
                 self._transforms.__enter__()
         else:                                       # cheaper: only forward-mode AD is looked for
@@ -702,6 +723,7 @@ class Tape:
             "small_steps": self.small_steps,
             "work": self.work,
             "backward_largest": list(self.run_sizes),
+            "backward_rows": self.rows.facts() if self.rows is not None else {"totals": [], "runs": []},
             "ran": {spec: self.ran[spec] for spec in self.watchlist.specs if self.ran[spec]},
             "copied": dict(self.copied),
             "recompiled": dict(self.recompiled),
@@ -710,6 +732,66 @@ class Tape:
             "tape_intact": self.intact,
             **(self.provenance.facts() if self.provenance is not None else {}),
         }
+
+
+class _OptimizerMoves:
+    """Whether an optimizer's ``step`` made every change of its parameters (03.train; adversarial round 5).
+
+    A parameter's value is taken when its optimizer is built (``__init__`` returns), or when a
+    ``step`` first sees it; each ``step`` must find it as the last ``step`` (or the build) left it,
+    and must move it; at the end it must still be so, and every floating-point tensor returned must
+    hold the values a ``step`` left in a parameter.  So an update written by hand next to a
+    ``step`` that moves nothing (lr 0, zeroed gradients) or undone afterwards is seen by what
+    happened to the values, however it was spelled.  Fact ``optimizer_moves``: ``steps``,
+    ``still`` (steps that left a parameter where it was), ``outside`` (parameters changed where no
+    ``step`` ran), ``output`` (the returned values are a parameter's; ``None``: no step ran).
+    """
+
+    def __init__(self):
+        self.last, self.before = {}, {}       # id(parameter) -> (parameter, values): after the last step; at a step's start
+        self.steps = self.still = self.outside = 0
+
+    @staticmethod
+    def _parameters(optimizer):
+        groups = getattr(optimizer, "param_groups", None) or ()
+        return [p for group in groups for p in group.get("params", ()) if torch.is_tensor(p)]
+
+    @staticmethod
+    def _values(tensor):
+        with torch._C._DisableTorchDispatch(), torch._C.DisableTorchFunction():   # unseen by the recorders
+            return tensor.detach().clone()
+
+    @staticmethod
+    def _same(a, b):
+        with torch._C._DisableTorchDispatch(), torch._C.DisableTorchFunction():
+            return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b.detach()))
+
+    def stepping(self, optimizer):
+        for p in self._parameters(optimizer):
+            known = self.last.get(id(p))
+            if known is not None and not self._same(known[1], p):
+                self.outside += 1
+            self.before[id(p)] = (p, self._values(p))
+
+    def returned(self, kind, optimizer):
+        parameters = self._parameters(optimizer)
+        if kind == "step":
+            self.steps += 1
+            self.still += any(id(p) in self.before and p.grad is not None and self._same(self.before[id(p)][1], p)
+                              for p in parameters)
+        for p in parameters:
+            if kind == "step" or id(p) not in self.last:
+                self.last[id(p)] = (p, self._values(p))
+
+    def facts(self, output):
+        """The plain record, once the call is over; ``output`` is what the answer returned."""
+        self.outside += sum(not self._same(values, p) for p, values in self.last.values())
+        returned = [t for t in _tensors(output) if t.is_floating_point()]
+        from_steps = None
+        if self.steps:      # compared flat: `model.weight.detach()[0]` is the (1, n) parameter's values
+            from_steps = all(any(values.numel() == t.numel() and self._same(values.reshape(-1), t.reshape(-1))
+                                 for _, values in self.last.values()) for t in returned)
+        return {"steps": self.steps, "still": self.still, "outside": self.outside, "output": from_steps}
 
 
 def _with_subclasses(classes):

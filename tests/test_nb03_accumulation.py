@@ -1,0 +1,135 @@
+"""Notebook 03's exercises judge what ran: the rows each backward pass computed on, and who moved the weights.
+
+Round 5 (adv-00-04-r4, adv-00-04-r3 A2): a padding tensor forged the size of what each pass produced, and an
+update written by hand next to an idle ``optimizer.step()`` had full marks.  Correct styles a student writes
+must still pass public and hidden cases (``judge``, as the grader judges).
+"""
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from autograd_lab.checking import all_exercises, judge, observe
+from autograd_lab.checking.rows import Rows
+
+EXERCISES = {exercise.id: exercise for exercise in all_exercises()}
+
+
+def _graded(exercise_id, answer):
+    exercise = EXERCISES[exercise_id]
+    seeds = exercise.public_seeds + exercise.hidden_seeds
+    records = {seed: observe(exercise, answer, seed, timeout=60) for seed in seeds}
+    reference = {seed: observe(exercise, exercise.reference, seed, timeout=60) for seed in seeds}
+    return judge(exercise, records, reference)
+
+
+# --- 03.accumulated_grad: micro-batches however they are cut -----------------------------------
+
+def _interleaved(w, x, y, k):
+    w = w.detach().clone().requires_grad_()
+    for i in range(k):
+        (F.mse_loss(x[i::k] @ w, y[i::k]) / k).backward()
+    return w.grad
+
+
+def _linear_layer(w, x, y, k):
+    model = nn.Linear(len(w), 1, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(w[None])
+    for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
+        (F.mse_loss(model(x_micro).squeeze(-1), y_micro) / k).backward()
+    return model.weight.grad[0].clone()
+
+
+def _shuffled_by_index(w, x, y, k):
+    w = w.detach().clone().requires_grad_()
+    order, n = torch.randperm(len(x)), len(x)
+    for i in range(k):
+        rows = order[i * n // k:(i + 1) * n // k]
+        (F.mse_loss(x[rows] @ w, y[rows]) / k).backward()
+    return w.grad
+
+
+def _float64_slices(w, x, y, k):
+    x, y, r = x.double(), y.double(), len(x) // k
+    wl = w.detach().double().requires_grad_()
+    for i in range(k):
+        (((x[i * r:(i + 1) * r] @ wl - y[i * r:(i + 1) * r]) ** 2).mean() / k).backward()
+    return wl.grad.float()
+
+
+def _data_loader(w, x, y, k):
+    from torch.utils.data import DataLoader, TensorDataset
+    w = w.detach().clone().requires_grad_()
+    for x_micro, y_micro in DataLoader(TensorDataset(x, y), batch_size=len(x) // k):
+        loss = F.mse_loss(x_micro @ w, y_micro) / k
+        loss.item()                                      # a printed loss takes rows to Python: harmless
+        loss.backward()
+    return w.grad
+
+
+@pytest.mark.parametrize("answer", [_interleaved, _linear_layer, _shuffled_by_index, _float64_slices, _data_loader],
+                         ids=lambda answer: answer.__name__.strip("_"))
+def test_accumulated_grad_correct_styles_pass_public_and_hidden(answer):
+    result = _graded("03.accumulated_grad", answer)
+    assert result.status == "passed" and result.hidden_passed == result.hidden_total == 3, repr(result)
+
+
+def test_rows_follow_views_copies_and_indices_not_sizes():
+    x = torch.randn(6, 3)
+    rows = Rows([x])
+    with torch._C._DisableTorchDispatch():
+        chunk = x[2:4]
+    assert rows.mask(chunk) == 0b001100 and rows.mask(x[1::3]) == 0b010010
+    full = x.T @ x
+    rows.forward("aten::mm", [x.T, x], [full])
+    assert rows.mask(full) == 0b111111 and rows.mask(torch.zeros(2)) == 0     # a padding tensor holds no rows
+
+
+# --- 03.train: the optimizer's step makes the update ---------------------------------------------
+
+def _model_parameters(w0, x, y, lr, steps, k):
+    model = nn.Linear(len(w0), 1, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(w0[None])
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
+            (F.mse_loss(model(x_micro).squeeze(1), y_micro) / k).backward()
+        optimizer.step()
+    return model.weight.detach()[0]
+
+
+def _gradients_summed_in_a_buffer(w0, x, y, lr, steps, k):
+    w = w0.detach().clone().requires_grad_()
+    optimizer = torch.optim.SGD([w], lr=lr)
+    for _ in range(steps):
+        total = torch.zeros_like(w)
+        for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
+            optimizer.zero_grad()
+            (F.mse_loss(x_micro @ w, y_micro) / k).backward()
+            total += w.grad
+        w.grad = total
+        optimizer.step()
+    return w.detach()
+
+
+def _one_flat_loop(w0, x, y, lr, steps, k):
+    w = torch.nn.Parameter(w0.clone())
+    optimizer = torch.optim.SGD([w], lr=lr, foreach=True)
+    xs, ys = x.chunk(k), y.chunk(k)
+    for t in range(steps * k):
+        (F.mse_loss(xs[t % k] @ w, ys[t % k]) / k).backward()
+        if t % k == k - 1:
+            optimizer.step()
+            optimizer.zero_grad()
+    return w.detach().clone()
+
+
+@pytest.mark.parametrize("answer", [_model_parameters, _gradients_summed_in_a_buffer, _one_flat_loop],
+                         ids=lambda answer: answer.__name__.strip("_"))
+def test_train_correct_styles_pass_public_and_hidden(answer):
+    result = _graded("03.train", answer)
+    assert result.status == "passed" and result.hidden_passed == result.hidden_total == 3, repr(result)
