@@ -268,10 +268,10 @@ def checkpointed_ddp(rank, world_size, use_reentrant=True, reuse=True, static_gr
 class TwoBranches(nn.Module):
     """Two linear branches added together; ``first`` says which one the forward computes first."""
 
-    def __init__(self, width=64):
+    def __init__(self, width=64, right_first=False):
         super().__init__()
-        self.left = nn.Linear(width, width)
-        self.right = nn.Linear(width, width)
+        for name in ("right", "left") if right_first else ("left", "right"):   # registration order
+            setattr(self, name, nn.Linear(width, width))
 
     def forward(self, x, first="left"):
         if first == "left":
@@ -283,16 +283,17 @@ class TwoBranches(nn.Module):
         return left + right
 
 
-def bucket_events(rank, world_size, firsts=("left", "left", "right"), **ddp_options):
+def bucket_events(rank, world_size, firsts=("left", "left", "right"), right_first=False, **ddp_options):
     """One backward per entry of ``firsts``; per iteration, the order of gradient and all-reduce events.
 
     Buckets are capped at a little less than one branch's parameters, so each branch
     can get a bucket of its own; a communication hook notes each all-reduce DDP starts
     (and which parameters its bucket holds), a post-accumulate hook each gradient that lands.
-    ``ddp_options`` (``find_unused_parameters``, ``static_graph``) go to DDP.
+    ``ddp_options`` (``find_unused_parameters``, ``static_graph``) go to DDP; ``right_first``
+    registers the ``right`` branch before ``left`` (the forward still follows ``first``).
     """
     torch.manual_seed(0)
-    model = TwoBranches()
+    model = TwoBranches(right_first=right_first)
     events = []
     for name, p in model.named_parameters():
         p.register_post_accumulate_grad_hook(lambda _, name=name: events.append(f"{name} landed"))
@@ -307,13 +308,14 @@ def bucket_events(rank, world_size, firsts=("left", "left", "right"), **ddp_opti
         return dist.all_reduce(tensor, async_op=True).get_future().then(lambda fut: fut.value()[0])
     ddp.register_comm_hook(None, hook)
     x = make_data(4, seed=rank + 1)[0].repeat(1, 16)
-    per_iteration = []
+    per_iteration, rebuilt = [], []   # rebuilt: has DDP rebuilt its buckets by the end of each iteration?
     with stderr_captured():   # find_unused_parameters=True logs that it found nothing unused
         for first in firsts:
             events.clear()
             ddp(x, first=first).pow(2).mean().backward()
             per_iteration.append(list(events))
-    return {"events": per_iteration}
+            rebuilt.append(bool(ddp._get_ddp_logging_data().get("has_rebuilt_buckets", 0)))
+    return {"events": per_iteration, "rebuilt": rebuilt}
 
 
 def spawned_rank(rank, world_size, port, folder):
