@@ -541,6 +541,16 @@ def _update_op_out_of_place(init_scale, found_inf, growth_interval):
     return scales
 
 
+def _kernel_behind_a_guard(init_scale, found_inf, growth_interval):
+    """Adversary (round 5, F2's own find): the kernel run where no Python dispatch mode can see it."""
+    scale, tracker, scales = torch.full((1,), float(init_scale)), torch.zeros(1, dtype=torch.int32), []
+    for overflow in found_inf:
+        with torch._C._DisableTorchDispatch():
+            torch._amp_update_scale_(scale, tracker, torch.full((1,), float(overflow)), 2.0, 0.5, growth_interval)
+        scales.append(scale.item())
+    return scales
+
+
 def _checker_patched(init_scale, found_inf, growth_interval):
     """Adversary: switch off the checker's count of GradScaler constructions, then use a real one."""
     from autograd_lab.checking import facts
@@ -610,6 +620,8 @@ register(Exercise(
         WrongAnswer(_update_op_out_of_place, expect="used_grad_scaler",
                     note="adversary round 5 (q05c): torch.ops.aten._amp_update_scale, out of place"),
         WrongAnswer(_checker_patched, expect="used_grad_scaler", note="adversary: monkeypatched checker"),
+        WrongAnswer(_kernel_behind_a_guard, expect="used_grad_scaler",
+                    note="round 5 (found while closing q05c): the kernel inside torch._C._DisableTorchDispatch()"),
     ),
     method=no_grad_scaler(),
 ))

@@ -1372,6 +1372,15 @@ def test_a_recorder_switched_off_fails_the_method():
         with FlopCounterMode(display=False):
             return cube_grad(x)
     assert check("99.sample", own_mode).status == "passed"
+
+    def behind_a_guard(x):                # no profile event reports entering a C guard: the answer names it
+        with getattr(torch._C, "_DisableTorchDispatch")():
+            return cube_grad(x)
+    assert "switched off" in check("99.sample", behind_a_guard).messages[0]
+
+    from autograd_lab.checking import tape as recorders   # library code (torch's, the course's) may use one
+    assert recorders._names_a_guard(behind_a_guard.__code__) == "torch._C._DisableTorchDispatch"
+    assert recorders._names_a_guard(recorders._small_steps.__code__) is None
     assert check("99.sample", cube_grad).status == "passed"          # and the session is whole again
     assert system.getprofile() is None and not torch._C._len_torch_dispatch_stack()
 

@@ -43,6 +43,7 @@ import importlib
 import linecache
 import os
 import sys
+import sysconfig
 import threading
 import types
 
@@ -504,6 +505,24 @@ _MODE_POPS = _builtins(["torch._C._pop_torch_dispatch_stack"])
 _GC_CALLS = _builtins(["gc.collect", "gc.enable", "gc.freeze"])   # would hide the objects the call made
 _DUAL_LEVELS = _builtins(["torch._C._enter_dual_level"])
 _COPIES = {id(copy.deepcopy.__code__), id(copy.copy.__code__)}
+# Guards that switch the recorders off around a block (Python dispatch, torch-function modes, any
+# dispatch key).  Entering one constructs a C type, which no profile event reports, so what the tape can
+# see is the answer's own code naming one (as an attribute or a string); torch's code and the course's
+# use them for their own bookkeeping and are not looked at.
+_GUARDS = frozenset({"_DisableTorchDispatch", "DisableTorchFunction", "_ExcludeDispatchKeyGuard",
+                     "_dispatch_tls_set_dispatch_key_excluded", "_dispatch_tls_set_dispatch_key_included"})
+_LIBRARY_FOLDERS = tuple(sorted({os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
+                                 os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
+                                 *(sysconfig.get_paths()[key] + os.sep for key in ("stdlib", "purelib", "platlib"))}))
+
+
+def _names_a_guard(code):
+    """The guard the answer's own ``code`` names, or None (library code is not looked at)."""
+    if os.path.abspath(code.co_filename).startswith(_LIBRARY_FOLDERS):
+        return None
+    named = _GUARDS.intersection(code.co_names) or _GUARDS.intersection(
+        c for c in code.co_consts if isinstance(c, str))
+    return f"torch._C.{min(named)}" if named else None
 
 
 class Tape:
@@ -578,6 +597,9 @@ class Tape:
         if specs is None:
             specs = self._copies.get(key, (None, None))[1]
             if specs is None:       # first call of this code: a copy of watched code, or nothing to watch?
+                guard = _names_a_guard(code)
+                if guard is not None:
+                    self.switched_off.append(guard)
                 specs = _recompiled(self.watchlist, code)
                 self._copies[key] = (code, specs)
                 if not specs and key not in self._codes and not (self.provenance is not None
