@@ -84,6 +84,14 @@ def _typed_from_second_leaf(x):
     return y.grad
 
 
+def _typed_from_second_leaf_cut_from_a_copy(x):
+    """The second leaf cut from a recorded copy (``x.clone().detach()``), which is a leaf of x's values."""
+    y = x.clone().detach().requires_grad_()
+    z = (x + 0).detach().requires_grad_()
+    (y * (3 * z * z)).sum().backward()
+    return y.grad
+
+
 def _typed_from_second_leaf_by_torch_func(x):
     """The same weight from a second leaf, inside a torch.func transform."""
     z = x.detach().clone().requires_grad_()
@@ -265,6 +273,8 @@ register(Exercise(
         WrongAnswer(_laundered_as_weight, expect="laundered_formula", note="round 3 D1: the formula as a weight"),
         WrongAnswer(_laundered_through_python, expect="laundered_formula", note="tolist() and a 0 * t * t decoy"),
         WrongAnswer(_typed_from_second_leaf, expect="laundered_formula", note="round 5 cgs_9: 3z^2, z a second leaf"),
+        WrongAnswer(_typed_from_second_leaf_cut_from_a_copy, expect="laundered_formula",
+                    note="round 6: both leaves cut from recorded copies of x (x.clone().detach(), (x + 0).detach())"),
         WrongAnswer(_typed_from_second_leaf_by_torch_func, expect="laundered_formula", note="the same in torch.func"),
         # Round 4: the weight computed from the leaf with grad on, then made a constant to autograd (A1), the
         # engine's result multiplied by the formula (A4), and the same through forward-mode AD.

@@ -399,7 +399,15 @@ class _SoftplusStableSigmoid(torch.autograd.Function):
         return grad_output * torch.where(x >= 0, 1 / (1 + torch.exp(-x)), e / (1 + e))
 
 
+def _cube_leaf_from_clone_detached(x):
+    leaf = x.clone().detach().requires_grad_()     # where x requires grad, the clone is recorded, then cut
+    (leaf ** 3).sum().backward()
+    return leaf.grad
+
+
 @pytest.mark.parametrize("exercise_id,answer", [
+    # round 6 (adv-00-04-r5): a leaf cut from a recorded copy of x holds x's values, not a derivative
+    ("00.cube_grad", _cube_leaf_from_clone_detached),
     # round 5 (02.softplus): no numerical derivative, no forward mode, no tensor kept on ctx; these pass
     ("02.softplus", _SoftplusSavingOutput),
     ("02.softplus", _SoftplusStableSigmoid),
@@ -418,7 +426,7 @@ class _SoftplusStableSigmoid(torch.autograd.Function):
     ("02.vjp", _vjp_by_torch_func),
     ("03.accumulated_grad", _micro_batch_grads_summed),
     ("03.train", _zero_grad_after_step),
-], ids=["softplus-saves-output", "softplus-stable-where", "cube-view-of-leaf", "cube-func.vjp-detached-x", "vjp-leaf-from-list", "cube-create_graph-detached", "vjp-create_graph-detached", "accumulated-create_graph-detached",
+], ids=["cube-leaf-from-clone-detached", "softplus-saves-output", "softplus-stable-where", "cube-view-of-leaf", "cube-func.vjp-detached-x", "vjp-leaf-from-list", "cube-create_graph-detached", "vjp-create_graph-detached", "accumulated-create_graph-detached",
         "cube-forward_ad", "cube-jacfwd", "cube-torch.func.grad", "vjp-torch.func", "accumulated-autograd.grad", "train-zero_grad-after"])
 def test_correct_styles_pass_public_and_hidden(exercise_id, answer):
     result = _check_everything(next(e for e in EXERCISES if e.id == exercise_id), answer)

@@ -185,10 +185,28 @@ class Provenance:
                        and torch.equal(source.detach(), tensor.detach()) for source in inputs)
 
     def cut_off(self, aliases):
-        """``.detach()`` / ``.data`` of a recorded value: the same numbers, a constant to autograd."""
+        """``.detach()`` / ``.data`` of a recorded value: the same numbers, a constant to autograd.
+
+        A recorded copy of the input cut off (``x.clone().detach()`` where ``x`` requires grad) holds the
+        input's values, not a derivative: it is a fresh leaf made another way, as ``x.detach().clone()`` is.
+        """
         for alias in aliases:
-            if _key(alias)[0] in self.tracked:
+            key, storage = _key(alias)
+            if key not in self.tracked and key not in self.derived:
+                continue
+            if self._equals_argument(alias):    # (torch 2.5 dispatches the detach as an op on an untracked value)
+                self.tracked.pop(key, None)
+                self.derived.pop(key, None)
+                self.inputs[key] = storage
+            elif key in self.tracked:
                 self.cut[alias._cdata] = alias
+
+    def _equals_argument(self, tensor):
+        if tensor.numel() > _MAX_COMPARED:
+            return False
+        with torch._C._DisableTorchDispatch():
+            return any(argument.shape == tensor.shape and argument.dtype == tensor.dtype
+                       and torch.equal(argument.detach(), tensor.detach()) for argument in self.arguments)
 
     def exporting(self, tensor):
         """Called by the tape's function mode for ``tolist``, ``numpy``, ``item``, ``float(...)``."""
