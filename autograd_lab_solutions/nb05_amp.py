@@ -541,6 +541,19 @@ def _update_op_out_of_place(init_scale, found_inf, growth_interval):
     return scales
 
 
+def _fsdp_scalers_python_rule(init_scale, found_inf, growth_interval):
+    """Adversary (round 6): FSDP's scaler's pure-Python update rule, called on a stand-in, no scaler built."""
+    from types import SimpleNamespace
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+    state = SimpleNamespace(_growth_factor=2.0, _backoff_factor=0.5, _growth_interval=growth_interval,
+                            _scale=torch.full((1,), float(init_scale)), _growth_tracker=torch.zeros(1, dtype=torch.int32))
+    scales = []
+    for overflow in found_inf:
+        ShardedGradScaler._amp_update_scale_cpu_(state, torch.full((1,), float(overflow)))
+        scales.append(state._scale.item())
+    return scales
+
+
 def _kernel_behind_a_guard(init_scale, found_inf, growth_interval):
     """Adversary (round 5, F2's own find): the kernel run where no Python dispatch mode can see it."""
     scale, tracker, scales = torch.full((1,), float(init_scale)), torch.zeros(1, dtype=torch.int32), []
@@ -620,6 +633,8 @@ register(Exercise(
         WrongAnswer(_update_op_out_of_place, expect="used_grad_scaler",
                     note="adversary round 5 (q05c): torch.ops.aten._amp_update_scale, out of place"),
         WrongAnswer(_checker_patched, expect="used_grad_scaler", note="adversary: monkeypatched checker"),
+        WrongAnswer(_fsdp_scalers_python_rule, expect="used_grad_scaler",
+                    note="adversary round 6: ShardedGradScaler._amp_update_scale_cpu_ on a stand-in"),
         WrongAnswer(_kernel_behind_a_guard, expect="used_grad_scaler",
                     note="round 5 (found while closing q05c): the kernel inside torch._C._DisableTorchDispatch()"),
     ),

@@ -476,8 +476,10 @@ _SAMPLER = ("code:torch.utils.data.distributed:DistributedSampler",)
 AMP_KERNELS = ("op:aten::_amp_update_scale_", "op:aten::_amp_update_scale",
                "op:aten::_amp_foreach_non_finite_check_and_unscale_",
                "op:aten::_amp_foreach_non_finite_check_and_unscale")
+# FSDP's scaler carries a pure-Python copy of the update rule (``_amp_update_scale_cpu_``, adversarial round 6).
 _SCALER = ("code:torch.amp.grad_scaler", "code:torch.cuda.amp.grad_scaler",
-           "code:torch.amp.grad_scaler:GradScaler") + AMP_KERNELS
+           "code:torch.amp.grad_scaler:GradScaler",
+           "code:torch.distributed.fsdp.sharded_grad_scaler:ShardedGradScaler") + AMP_KERNELS
 # The fused kernels are what `SGD(fused=True)` / `Adam(fused=True)` run: callable as `torch._fused_sgd_` without
 # any torch.optim code (adversarial round 4, 04.sgd_step A1). `_foreach_*` ops are ordinary tensor ops: allowed.
 _OPTIMIZER = ("code:torch.optim", "code:torch.optim.optimizer:Optimizer", "op:aten::_fused_sgd_",

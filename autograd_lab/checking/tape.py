@@ -163,7 +163,7 @@ def _resolve(module_name, qualname):
     """The live objects a spec names (a package: every module of it that is imported or importable)."""
     try:
         module = importlib.import_module(module_name)
-    except ImportError:
+    except Exception:                   # ImportError, or a build without torch.distributed that raises otherwise
         return []                       # not in this torch: nothing of it can run either
     if qualname:
         return _by_qualname(module, qualname)
