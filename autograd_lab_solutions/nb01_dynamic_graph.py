@@ -573,6 +573,12 @@ def _complex_step_numpy(u, t, step=1e-30):
     return float(numpy.tanh(complex(u, step)).imag / step)
 
 
+def _central_difference_torch(u, t, step=1e-5):
+    """Adversarial round 6: the central difference through torch.tanh on a tensor of the two points."""
+    values = torch.tanh(torch.tensor([u + step, u - step], dtype=torch.float64))
+    return float(values[0] - values[1]) / (2 * step)
+
+
 def _complex_step_torch(u, t, step=1e-30):
     """The complex step through torch.tanh on a complex tensor."""
     return torch.tanh(torch.tensor(complex(u, step))).imag.item() / step
@@ -588,7 +594,7 @@ def _complex_step_mpmath(u, t, step=1e-30):
 # A worked-out derivative evaluates tanh (or exp, cosh, sinh, to write it) only where the node is: at its input
 # (once for the value, perhaps again in the closure, as `1 - tanh(u) * tanh(u)`), or at -u, 2u, -2u (`exp(-2u)`);
 # a numerical derivative evaluates it somewhere else (u + h, u - h, the complex point u + ih). Judged on the points
-# these functions of math, cmath, NumPy and mpmath were called at (``facts._Points``), on complex tensors made,
+# these functions of math, cmath, NumPy and mpmath (and torch's tanh, exp, cosh, sinh ops) were called at (``facts._Points``), on complex tensors made,
 # and, for a builtin call whose point the recorder could not see, on the count (at most two per node); one line of
 # subscripts (a release carries the predicate as text).
 _EVALUATED = tuple(f"{module}:{name}" for module in ("math", "cmath", "numpy", "mpmath")
@@ -693,6 +699,8 @@ register(Exercise(
         WrongAnswer(_central_difference_by_exp, expect="finite_differences", note="the quotient of tanh by math.exp"),
         WrongAnswer(_tanh_with_local(_complex_step_numpy), expect="finite_differences",
                     note="complex step with numpy.tanh (adv-00-04-r3 A2)"),
+        WrongAnswer(_tanh_with_local(_central_difference_torch), expect="finite_differences",
+                    note="adversarial round 6: central difference of torch.tanh (check() passed, a hidden case failed)"),
         WrongAnswer(_tanh_with_local(_complex_step_torch), expect="finite_differences",
                     note="complex step with torch.tanh on a complex tensor"),
         WrongAnswer(_tanh_with_local(_complex_step_mpmath), expect="finite_differences", note="complex step with mpmath"),

@@ -405,7 +405,20 @@ def _cube_leaf_from_clone_detached(x):
     return leaf.grad
 
 
+def _tiny_tanh_with_torch_formula(a):
+    from autograd_lab.labs.tiny_engine import Value
+    u = torch.tensor(a.data, dtype=torch.float64)       # torch's tanh and exp at the node's input, -u: a formula
+    out = Value(torch.tanh(u).item(), (a,), "tanh")
+
+    def _backward():
+        a.grad += (4 / (torch.exp(u) + torch.exp(-u)) ** 2).item() * out.grad
+    out._backward = _backward
+    return out
+
+
 @pytest.mark.parametrize("exercise_id,answer", [
+    # round 6: torch's tanh ops are judged by their points too; a formula written with them passes
+    ("01.tiny_tanh", _tiny_tanh_with_torch_formula),
     # round 6 (adv-00-04-r5): a leaf cut from a recorded copy of x holds x's values, not a derivative
     ("00.cube_grad", _cube_leaf_from_clone_detached),
     # round 5 (02.softplus): no numerical derivative, no forward mode, no tensor kept on ctx; these pass
@@ -426,7 +439,7 @@ def _cube_leaf_from_clone_detached(x):
     ("02.vjp", _vjp_by_torch_func),
     ("03.accumulated_grad", _micro_batch_grads_summed),
     ("03.train", _zero_grad_after_step),
-], ids=["cube-leaf-from-clone-detached", "softplus-saves-output", "softplus-stable-where", "cube-view-of-leaf", "cube-func.vjp-detached-x", "vjp-leaf-from-list", "cube-create_graph-detached", "vjp-create_graph-detached", "accumulated-create_graph-detached",
+], ids=["tiny-tanh-torch-formula", "cube-leaf-from-clone-detached", "softplus-saves-output", "softplus-stable-where", "cube-view-of-leaf", "cube-func.vjp-detached-x", "vjp-leaf-from-list", "cube-create_graph-detached", "vjp-create_graph-detached", "accumulated-create_graph-detached",
         "cube-forward_ad", "cube-jacfwd", "cube-torch.func.grad", "vjp-torch.func", "accumulated-autograd.grad", "train-zero_grad-after"])
 def test_correct_styles_pass_public_and_hidden(exercise_id, answer):
     result = _check_everything(next(e for e in EXERCISES if e.id == exercise_id), answer)

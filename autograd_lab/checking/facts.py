@@ -273,10 +273,18 @@ class _Points:
         self._patched = []
         return False
 
+    def dispatched(self, tensor):
+        """A torch op of the watched functions (``aten::tanh`` ...) ran on ``tensor``: its point, as a call's."""
+        if torch.is_tensor(tensor) and len(self.calls) < self.MAX_CALLS:
+            with torch._C._DisableTorchDispatch():
+                self.calls.append(_numbers(tensor))
+
     def off(self, inputs):
         """Recorded calls at a point that is not one of ``inputs``, or its negative or double (``exp(-2u)`` in a
-        formula for ``tanh(u)``): a real number equal to one of those."""
+        formula for ``tanh(u)``): a real number equal to one of those, or to its float32 rounding (a torch
+        tensor made from a Python float is float32)."""
         points = {k * u for u in inputs for k in (1.0, -1.0, 2.0, -2.0)}
+        points |= {float(torch.tensor(p, dtype=torch.float32)) for p in points}
         return sum(1 for numbers in self.calls if not all(n.imag == 0 and n.real in points for n in numbers))
 
 
@@ -338,6 +346,8 @@ def watch(tensors, *, watchlist=(), answer=None, sizes=True):
     # the profile hook only for bans (a ``wrt:`` spec asks for the provenance ledger, not for it)
     tape = Tape(watchlist, own=function_class, profile=any(not s.startswith("wrt:") for s in watchlist),
                 arguments=list(tensors))
+    if Watchlist.of(watchlist).points:      # torch's tanh, exp, ... dispatched: their points too
+        tape.points = points
     ledger = _WriteLedger(tensors) if WRITES_SPEC in watchlist else None
     try:
         # The ledger's mode goes on first: its entering and leaving happen outside the tape's profile hook.
