@@ -579,6 +579,21 @@ def _central_difference_torch(u, t, step=1e-5):
     return float(values[0] - values[1]) / (2 * step)
 
 
+def _symbolic_by_sympy(u, t):
+    """Adversarial round 6: the derivative found by sympy's diff, not worked out."""
+    import sympy
+
+    s = sympy.Symbol("s")
+    return float(sympy.diff(sympy.tanh(s), s).subs(s, u))
+
+
+def _numerical_by_mpmath(u, t):
+    """Adversarial round 6: mpmath's numerical differentiation."""
+    import mpmath
+
+    return float(mpmath.diff(mpmath.tanh, u))
+
+
 def _complex_step_torch(u, t, step=1e-30):
     """The complex step through torch.tanh on a complex tensor."""
     return torch.tanh(torch.tensor(complex(u, step))).imag.item() / step
@@ -699,6 +714,10 @@ register(Exercise(
         WrongAnswer(_central_difference_by_exp, expect="finite_differences", note="the quotient of tanh by math.exp"),
         WrongAnswer(_tanh_with_local(_complex_step_numpy), expect="finite_differences",
                     note="complex step with numpy.tanh (adv-00-04-r3 A2)"),
+        WrongAnswer(_tanh_with_local(_symbolic_by_sympy), expect="library_derivative",
+                    note="adversarial round 6: sympy.diff"),
+        WrongAnswer(_tanh_with_local(_numerical_by_mpmath), expect="library_derivative",
+                    note="adversarial round 6: mpmath.diff"),
         WrongAnswer(_tanh_with_local(_central_difference_torch), expect="finite_differences",
                     note="adversarial round 6: central difference of torch.tanh (check() passed, a hidden case failed)"),
         WrongAnswer(_tanh_with_local(_complex_step_torch), expect="finite_differences",

@@ -112,6 +112,10 @@ _TORCH_FUNC = ("code:torch._functorch", "code:torch.func")
 # PyTorch's derivative rules written in Python (``torch._decomp.decompositions.tanh_backward``, ``torch._refs``,
 # ``torch._prims``): the same local derivatives as the ``aten::*_backward`` kernels, run as ordinary ops.
 DECOMPOSITIONS = ("code:torch._decomp", "code:torch._prims", "code:torch._refs")
+# Differentiation done by a library that ships with torch (sympy's symbolic diff, mpmath's numerical one):
+# the derivative is found, not worked out (adversarial round 6, 01.tiny_tanh).
+DIFFERENTIATORS = ("code:sympy.core.function:diff", "code:sympy.core.function:Derivative",
+                   "code:mpmath.calculus.differentiation")
 _FUNCTIONAL = ("code:torch.autograd.functional",)
 
 
@@ -440,12 +444,12 @@ def own_derivatives():
     """
     return Method(
         name="local derivatives you work out yourself (no PyTorch derivative kernel or rule)",
-        holds=lambda facts: facts["library_derivatives"] == 0 and not _ran(facts, DECOMPOSITIONS),
-        watch=DECOMPOSITIONS,
-        message=("your answer called one of PyTorch's own derivative kernels (an `aten::*_backward` op) or "
-                 "derivative rules written in Python (`torch._decomp`, `torch._refs`, `torch._prims`): that is "
-                 "the derivative autograd would use, not one you worked out. Write every local derivative "
-                 "with ordinary operations."),
+        holds=lambda facts: facts["library_derivatives"] == 0 and not _ran(facts, DECOMPOSITIONS + DIFFERENTIATORS),
+        watch=DECOMPOSITIONS + DIFFERENTIATORS,
+        message=("your answer called one of PyTorch's own derivative kernels (an `aten::*_backward` op), "
+                 "derivative rules written in Python (`torch._decomp`, `torch._refs`, `torch._prims`) or a "
+                 "library that differentiates (sympy's `diff`, mpmath's `diff`): that derivative was found for "
+                 "you, not worked out. Write every local derivative with ordinary operations."),
         tag="library_derivative", origin=_made("own_derivatives"))
 
 
