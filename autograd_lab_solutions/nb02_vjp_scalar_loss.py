@@ -569,6 +569,18 @@ class _softplus_by_complex_step(Softplus):
         return grad_output * torch.log1p(torch.exp(x + 1e-20j)).imag / 1e-20
 
 
+class _softplus_by_mpmath(Softplus):
+    """Adversarial round 6: mpmath differentiates softplus, entry by entry, inside backward."""
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        import mpmath
+
+        (x,) = ctx.saved_tensors
+        slopes = [float(mpmath.diff(lambda t: mpmath.log(1 + mpmath.exp(t)), v)) for v in x.reshape(-1).tolist()]
+        return grad_output * torch.tensor(slopes, dtype=x.dtype).reshape(x.shape)
+
+
 class _softplus_by_forward_mode(Softplus):
     """Adversarial round 5 (sps_7): forward-mode AD inside backward, the tangent seeded with the gradient."""
 
@@ -633,6 +645,7 @@ register(Exercise(
         WrongAnswer(_softplus_by_scaled_difference, expect="own_function", note="the quotient without x + h"),
         WrongAnswer(_softplus_by_complex_step, expect="own_function", note="round 5 sps_4: complex step"),
         WrongAnswer(_softplus_by_forward_mode, expect="own_function", note="round 5 sps_7: forward-mode AD"),
+        WrongAnswer(_softplus_by_mpmath, expect="own_function", note="adversarial round 6: mpmath.diff in backward"),
         WrongAnswer(_softplus_on_ctx, expect="own_function", note="ctx.x = x instead of save_for_backward"),
     ),
 ))

@@ -5,6 +5,7 @@ import torch.nn as nn
 
 from autograd_lab.checking import Exercise, Misconception, WrongAnswer, checkpoint_used, register
 from autograd_lab.labs import saved_check
+from autograd_lab_solutions._mutants import mutant
 
 
 # --- 06.best_segments ------------------------------------------------------------------
@@ -306,21 +307,9 @@ def _measured_count_typed(model, x):
     return loss, len(model) + 1
 
 
-def _measured_then_typed(model, x):
-    """Adversarial round 5 (s06c): the real measured step, `activations_kept` called and its count thrown away."""
-    from torch.utils.checkpoint import checkpoint
-
-    from autograd_lab.labs.memory import saved_tensors
-    from autograd_lab.labs.recompute import activations_kept
-
-    with saved_tensors(exclude=model.parameters()) as saved:
-        h = x
-        for block in model:
-            h = checkpoint(block, h, use_reentrant=False)
-        loss = h.pow(2).mean()
-    loss.backward()
-    activations_kept(saved)                # called for show
-    return loss, len(model) + 1
+# Adversarial round 5 (s06c): the real measured step, `activations_kept` called for show, its count thrown away.
+_measured_then_typed = mutant(checkpointed_step, "    return loss, activations_kept(saved)",
+                              "    activations_kept(saved)\n    return loss, len(model) + 1")
 
 
 def _own_hooks_count_typed(model, x):

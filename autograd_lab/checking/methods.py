@@ -387,6 +387,7 @@ def own_function():
                 and facts["engine_runs"] == 0 and grad.get("nested_engine_runs", 0) == 0
                 and grad.get("own_library_derivatives", 0) == 0 and facts.get("library_derivatives", 0) == 0
                 and not _ran(facts, DECOMPOSITIONS) and not _ran(grad, DECOMPOSITIONS)
+                and not _ran(facts, DIFFERENTIATORS) and not _ran(grad, DIFFERENTIATORS)
                 and not facts.get("forward_ad", 0) and not grad.get("forward_ad", 0)
                 and not facts.get("complex_outputs", 0) and not grad.get("complex_outputs", 0)
                 and not facts.get("small_steps", 0) and not grad.get("small_steps", 0)
@@ -423,13 +424,16 @@ def own_function():
         if _ran(facts, DECOMPOSITIONS) or _ran(grad, DECOMPOSITIONS):
             return ("your Function calls PyTorch's own derivative rules written in Python (`torch._decomp`, "
                     "`torch._refs` or `torch._prims`); `backward` must compute the derivative itself.")
+        if _ran(facts, DIFFERENTIATORS) or _ran(grad, DIFFERENTIATORS):
+            return ("your Function has a library differentiate for it (sympy's `diff`, mpmath's `diff`): that "
+                    "derivative was found for you; work it out and write it with tensor operations in `backward`.")
         if not grad.get("own_backward_ops", 0):
             return "your Function's `backward` did not run when the checker backpropagated through its output."
         return None
 
     return Method(
         name="a custom `torch.autograd.Function` with its own backward",
-        holds=holds, explain=explain, grad_phase=True, watch=DECOMPOSITIONS,
+        holds=holds, explain=explain, grad_phase=True, watch=DECOMPOSITIONS + DIFFERENTIATORS,
         message="your answer's gradient does not come from a `backward` you wrote.",
         tag="own_function", origin=_made("own_function"))
 
