@@ -42,6 +42,7 @@ import gc
 import importlib
 import linecache
 import os
+import site
 import sys
 import sysconfig
 import threading
@@ -515,9 +516,13 @@ _EVALUATED_OPS = frozenset(f"aten::{name}" for name in ("tanh", "exp", "cosh", "
 # use them for their own bookkeeping and are not looked at.
 _GUARDS = frozenset({"_DisableTorchDispatch", "DisableTorchFunction", "_ExcludeDispatchKeyGuard",
                      "_dispatch_tls_set_dispatch_key_excluded", "_dispatch_tls_set_dispatch_key_included"})
+# Installed packages live in the interpreter's own folders and the site folders (Debian's and Colab's
+# dist-packages).  Not the user's site folder (`pip install --user`): the grader's sandbox lets a
+# submission write there, so code it put there would pass for a library's.
 _LIBRARY_FOLDERS = tuple(sorted({os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
                                  os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
-                                 *(sysconfig.get_paths()[key] + os.sep for key in ("stdlib", "purelib", "platlib"))}))
+                                 *(sysconfig.get_paths()[key] + os.sep for key in ("stdlib", "purelib", "platlib")),
+                                 *(folder + os.sep for folder in site.getsitepackages())}))
 
 
 def _names_a_guard(code):
