@@ -49,9 +49,10 @@ actually ran, not what the answer's names say.
   closure (not one of the engine's own ops); ``tiny_missing_backwards``: nodes with
   parents whose ``_backward`` was still the do-nothing default (a forgotten
   ``out._backward = _backward``); ``tiny_off_input``: calls of a function named by an
-  ``args:`` spec (``args:math:tanh``) at a point that is not the number held by an input of a
-  node (or its negative or double: ``exp(-2u)``), such as a difference quotient's ``u + h`` or a
-  complex step's ``u + ih``, and
+  ``args:`` spec (``args:math:tanh``), or of torch's op of the same name (``aten::tanh``,
+  ``aten::exp_`` ...: ``_Points.dispatched``), at a point that is not the number held by an
+  input of a node (or its negative or double: ``exp(-2u)``), such as a difference quotient's
+  ``u + h`` or a complex step's ``u + ih``, and
   ``tiny_unseen``: calls of such a builtin that the profile hook counted but whose points were not
   recorded (a reference the recorder could not replace, ``_Points``);
 * ``complex_outputs``: tensors with a complex dtype that ops produced (a complex step);
