@@ -611,6 +611,25 @@ def _sgd_assigns_data(params, lr, weight_decay):
             p.grad = None
 
 
+def _sgd_swaps_storage(params, lr, weight_decay):
+    """Adversarial round 6: `set_` under no_grad swaps p's memory for the new values' (aliases keep the old ones)."""
+    with torch.no_grad():
+        for p in params:
+            if p.grad is not None:
+                p.set_(p - lr * (p.grad + weight_decay * p))
+                p.grad = None
+
+
+def _sgd_swaps_storage_by_parts(params, lr, weight_decay):
+    """The same swap, spelled with the new tensor's storage, offset, shape and strides."""
+    with torch.no_grad():
+        for p in params:
+            if p.grad is not None:
+                new = p - lr * (p.grad + weight_decay * p)
+                p.set_(new.untyped_storage(), new.storage_offset(), new.shape, new.stride())
+                p.grad = None
+
+
 def _sgd_data_then_version_bump(params, lr, weight_decay):
     for p in params:
         if p.grad is not None:
@@ -848,6 +867,9 @@ register(Exercise(
                     note="adversarial round 4 (A1): torch._fused_sgd_, the fused optimizer kernel, called directly"),
         WrongAnswer(_sgd_through_data, expect="data_write", note="the silent .data update the lab warns about"),
         WrongAnswer(_sgd_assigns_data, expect="data_write", note="p.data = ...: the same silent write, by assignment"),
+        WrongAnswer(_sgd_swaps_storage, expect="modified_input",
+                    note="adversarial round 6: p.set_(new) swaps the memory (a tied weight, a state_dict keep the old)"),
+        WrongAnswer(_sgd_swaps_storage_by_parts, expect="modified_input", note="set_(storage, offset, size, stride)"),
         WrongAnswer(_sgd_data_then_version_bump, expect="data_write",
                     note="adversarial round 1: .data, then a no-op in-place op to move the counter"),
         WrongAnswer(_sgd_numpy_then_version_bump, expect="data_write",

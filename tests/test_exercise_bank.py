@@ -116,7 +116,7 @@ _GENERIC_PHRASES = {
     "error": ("raised",),
     "timeout": ("time limit",),
     "method": ("cannot be checked",),
-    "modified_input": ("leave the arguments as they were",),
+    "modified_input": ("leave the arguments as they were", "instead of writing into the memory it had"),
 }
 
 
@@ -442,5 +442,83 @@ def _tiny_tanh_with_torch_formula(a):
 ], ids=["tiny-tanh-torch-formula", "cube-leaf-from-clone-detached", "softplus-saves-output", "softplus-stable-where", "cube-view-of-leaf", "cube-func.vjp-detached-x", "vjp-leaf-from-list", "cube-create_graph-detached", "vjp-create_graph-detached", "accumulated-create_graph-detached",
         "cube-forward_ad", "cube-jacfwd", "cube-torch.func.grad", "vjp-torch.func", "accumulated-autograd.grad", "train-zero_grad-after"])
 def test_correct_styles_pass_public_and_hidden(exercise_id, answer):
+    result = _check_everything(next(e for e in EXERCISES if e.id == exercise_id), answer)
+    assert result.status == "passed" and result.hidden_total and result.hidden_passed == result.hidden_total, repr(result)
+
+
+# --- round 6 fixes (issue 20, fixer-a-0432): correct styles next to what the fixes refuse --------------------
+
+def _sgd_add_(params, lr, weight_decay):
+    with torch.no_grad():
+        for p in params:
+            if p.grad is not None:
+                p.add_(p.grad + weight_decay * p, alpha=-lr)
+    for p in params:
+        p.grad = None
+
+
+def _sgd_isub(params, lr, weight_decay):
+    with torch.no_grad():
+        for p in params:
+            if p.grad is None:
+                continue
+            p -= lr * (p.grad + weight_decay * p)
+            p.grad = None
+
+
+def _sgd_copy_(params, lr, weight_decay):
+    with torch.no_grad():
+        for p in params:
+            if p.grad is not None:
+                p.copy_(p - lr * (p.grad + weight_decay * p))
+                p.grad = None
+
+
+def _sgd_foreach(params, lr, weight_decay):
+    stepped = [p for p in params if p.grad is not None]
+    with torch.no_grad():
+        torch._foreach_add_(stepped, [p.grad + weight_decay * p for p in stepped], alpha=-lr)
+    for p in stepped:
+        p.grad = None
+
+
+def _mlp_addmm_cosh(X, W1, b1, W2, b2, G_Z):
+    with torch.no_grad():
+        A = torch.addmm(b1, X, W1)
+        G_A = (G_Z @ W2.T) / torch.cosh(A) ** 2
+        return {"W1": torch.einsum("nd,nh->dh", X, G_A), "b1": G_A.sum(0), "W2": A.tanh().T @ G_Z, "b2": G_Z.sum(0)}
+
+
+def _mlp_sigmoid_twice(X, W1, b1, W2, b2, G_Z):
+    A = X @ W1 + b1                         # tanh(a) = 2 sigmoid(2a) - 1, and tanh evaluated again at a recomputed A
+    s = torch.sigmoid(2 * A)
+    G_A = (G_Z @ W2.T) * 4 * s * (1 - s) * (1 - torch.tanh(torch.addmm(b1, X, W1)) ** 2) / (1 - (2 * s - 1) ** 2)
+    return {"W1": X.T @ G_A, "b1": G_A.sum(0), "W2": (2 * s - 1).T @ G_Z, "b2": G_Z.sum(0)}
+
+
+def _mlp_python_floats(X, W1, b1, W2, b2, G_Z):
+    A = X @ W1 + b1
+    H = torch.tensor([[math.tanh(a) for a in row] for row in A.tolist()], dtype=A.dtype)
+    G_A = (G_Z @ W2.T) * (1 - H ** 2)
+    return {"W1": X.T @ G_A, "b1": G_A.sum(0), "W2": H.T @ G_Z, "b2": G_Z.sum(0)}
+
+
+def _mlp_numpy(X, W1, b1, W2, b2, G_Z):
+    import numpy as np
+    x, g = X.numpy(), G_Z.numpy()
+    h = np.tanh(x @ W1.numpy() + b1.numpy())
+    ga = (g @ W2.numpy().T) * (1 - h ** 2)
+    return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in
+            {"W1": x.T @ ga, "b1": ga.sum(0), "W2": h.T @ g, "b2": g.sum(0)}.items()}
+
+
+@pytest.mark.parametrize("exercise_id,answer", [
+    ("04.sgd_step", _sgd_add_), ("04.sgd_step", _sgd_isub), ("04.sgd_step", _sgd_copy_),
+    ("04.sgd_step", _sgd_foreach),
+    ("02.mlp_backward", _mlp_addmm_cosh), ("02.mlp_backward", _mlp_sigmoid_twice),
+    ("02.mlp_backward", _mlp_python_floats), ("02.mlp_backward", _mlp_numpy),
+], ids=["sgd-add_", "sgd-isub-continue", "sgd-copy_", "sgd-foreach_add_",
+        "mlp-addmm-cosh", "mlp-sigmoid-and-tanh-twice", "mlp-math.tanh-floats", "mlp-numpy"])
+def test_round6_correct_styles_pass_public_and_hidden(exercise_id, answer):
     result = _check_everything(next(e for e in EXERCISES if e.id == exercise_id), answer)
     assert result.status == "passed" and result.hidden_total and result.hidden_passed == result.hidden_total, repr(result)

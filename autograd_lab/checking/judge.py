@@ -130,6 +130,12 @@ _UNTOUCHED_ADVICE = {
 }
 
 
+_SWAPPED = ("Your function swapped the memory of {} for new memory instead of writing into the memory it had "
+            "(`set_`, or assigning `.data`, rebinds a tensor to other memory): the tensor object is the same, but "
+            "whatever shares its old memory (a view such as a tied weight, a `state_dict()` or `detach()` taken "
+            "before) still holds the old values. Write the new values into the tensor itself, in place.")
+
+
 def touched_finding(exercise, student):
     """A ``modified_input`` finding when the answer changed an argument the exercise does not let it change."""
     touched = student.get("touched") or []
@@ -139,6 +145,9 @@ def touched_finding(exercise, student):
     if not changed:
         return None
     what = "grad" if any(entry.get("what") == "grad" for entry in changed) else changed[0].get("what")
+    swapped = [entry for entry in changed if entry.get("what") == "storage"]
+    if swapped:     # an update the exercise asks for, done by swapping memory rather than writing it
+        return Finding("modified_input", _SWAPPED.format(untouched.describe(swapped, exercise.parameter_names(), what=False)))
     advice = _UNTOUCHED_ADVICE.get(what, _UNTOUCHED_ADVICE["values"])
     return Finding("modified_input", f"Your function changed its input {untouched.describe(changed, exercise.parameter_names())} "
                                      f"in place, and the prompt asks you to leave the arguments as they were: {advice}")

@@ -13,6 +13,10 @@ buffers, an optimizer's state, tensors in lists and dicts):
   its values or shape changed without it moving (a write through ``.data``);
 * ``grad``: its ``.grad`` was set, cleared, replaced, or changed in place;
 * ``requires_grad``: switched on or off;
+* ``storage``: its memory swapped for other memory (``p.set_(new)``, ``p.data = new``): the
+  tensor object is the same and its counter may move, but what shared the old memory (a view,
+  a tied weight, a ``state_dict()`` or ``detach()`` taken before) keeps the old values, so it was
+  not written in place.  The old storage is held by the snapshot, so its address cannot be reused;
 
 and per container: ``items`` (a list or dict argument gained, lost or replaced an
 item), ``training`` (a module switched between ``train()`` and ``eval()``), ``state``
@@ -21,7 +25,7 @@ item), ``training`` (a module switched between ``train()`` and ``eval()``), ``st
 
 import torch
 
-ASPECTS = ("values", "grad", "requires_grad", "items", "training", "state")
+ASPECTS = ("values", "grad", "requires_grad", "items", "training", "state", "storage")
 MAX_REPORTED = 20
 
 
@@ -75,7 +79,23 @@ def _tensor_state(tensor):
         "version": tensor._version, "requires_grad": tensor.requires_grad, "shape": tuple(tensor.shape),
         "values": _copy(tensor),
         "grad": None if grad is None else (grad, grad._version, _copy(grad)),
+        "storage": _storage(tensor),
     }
+
+
+def _storage(tensor):
+    """The tensor's storage object (kept alive, so no other storage gets its address) and its offset in it."""
+    try:
+        return tensor.untyped_storage(), tensor.storage_offset()
+    except (RuntimeError, NotImplementedError, TypeError):   # sparse and other layouts without one
+        return None
+
+
+def _swapped(tensor, before):
+    now = _storage(tensor)
+    if before is None or now is None:
+        return False
+    return now[0].data_ptr() != before[0].data_ptr() or now[0]._cdata != before[0]._cdata or now[1] != before[1]
 
 
 def _copy(tensor):
@@ -108,6 +128,8 @@ def _tensor_changes(tensor, state):
         found.append("values")
     if tensor.requires_grad != state["requires_grad"]:
         found.append("requires_grad")
+    if _swapped(tensor, state["storage"]):
+        found.append("storage")
     grad = tensor.grad if (tensor.is_leaf or tensor.retains_grad) else None
     before = state["grad"]
     if (grad is None) != (before is None) or (grad is not None and (
@@ -193,17 +215,19 @@ def forbidden(touched, allowed):
 
 
 _WHAT = {"values": "its values (in place)", "grad": "its `.grad`", "requires_grad": "its `requires_grad`",
-         "items": "its items", "training": "its train/eval mode", "state": "its state"}
+         "items": "its items", "training": "its train/eval mode", "state": "its state",
+         "storage": "its memory, swapped for new memory"}
 
 
-def describe(entries, names):
-    """``the argument `x` (its values (in place))``, for feedback; ``names`` are the reference's parameter names."""
+def describe(entries, names, what=True):
+    """``the argument `x` (its values (in place))``, for feedback; ``names`` are the reference's parameter names.
+    ``what=False``: the paths alone (`` `x` ``)."""
     parts = []
     for entry in entries[:3]:
         index = entry["argument"]
         name = names[index] if index < len(names) else f"argument {index + 1}"
         inside = entry["path"][len(f"#{index}"):]     # ".0.weight", "[1]"
         where = f"`{name}{inside}`"
-        parts.append(f"{where} ({_WHAT.get(entry['what'], entry['what'])})")
+        parts.append(f"{where} ({_WHAT.get(entry['what'], entry['what'])})" if what else where)
     more = f" and {len(entries) - 3} more" if len(entries) > 3 else ""
     return ", ".join(parts) + more
