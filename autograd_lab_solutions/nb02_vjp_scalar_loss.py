@@ -8,7 +8,8 @@ import torch.nn.functional as F
 from torch.autograd.functional import jacobian
 
 from autograd_lab.checking import (Exercise, Method, Misconception, WrongAnswer, autograd_derivative, backward_calls,
-                                    no_autograd, no_jacobian, own_derivatives, own_function, register, uses_autograd)
+                                    no_autograd, no_difference_quotient, no_jacobian, own_derivatives, own_function,
+                                    register, uses_autograd)
 from autograd_lab.checking.variation import choose, generator
 from autograd_lab_solutions._mutants import mutant
 
@@ -379,6 +380,10 @@ CHAIN_RULE = Method(
 # (as aten::softplus_backward would for 02.softplus, whose own_function() refuses it the same way). The same rules
 # written in Python (torch._decomp.decompositions.tanh_backward runs aten::mul and aten::sub) are refused by what ran.
 OWN_DERIVATIVES = own_derivatives()   # 01.tiny_tanh asks for the same (methods.own_derivatives)
+# tanh' by a difference quotient of tanh (or of the exponentials it is written with) costs two cheap evaluations,
+# inside the work budget (adversarial round 6: full marks): judged on the points tanh & co. ran at, by torch,
+# NumPy, math or mpmath (methods.no_difference_quotient, the mechanism 01.tiny_tanh's points use).
+NO_DIFFERENCE_QUOTIENT = no_difference_quotient(("tanh", "exp", "expm1", "cosh", "sinh", "sigmoid"))
 
 
 def _mlp_backward_by_decomposition(X, W1, b1, W2, b2, G_Z):
@@ -420,6 +425,48 @@ def _mlp_numerical(step, evaluate, perturbations):
     return backward
 
 
+def _mlp_with_tanh_slope(slope):
+    """The chain rule by hand, tanh'(A) from ``slope(A)`` (a numerical derivative, in the variants below)."""
+    def backward(X, W1, b1, W2, b2, G_Z):
+        A = X @ W1 + b1
+        H = torch.tanh(A)
+        G_A = (G_Z @ W2.T) * slope(A)
+        return {"W1": X.T @ G_A, "b1": G_A.sum(0), "W2": H.T @ G_Z, "b2": G_Z.sum(0)}
+    return backward
+
+
+def _slope_by_torch(A, h=1e-6):
+    """Adversarial round 6 (attempt 4): a central difference of torch.tanh."""
+    return (torch.tanh(A + h) - torch.tanh(A - h)) / (2 * h)
+
+
+def _slope_by_numpy(A, h=1e-6):
+    """The same quotient with its points made and evaluated by NumPy."""
+    import numpy
+
+    a = A.numpy()
+    return torch.from_numpy((numpy.tanh(a + h) - numpy.tanh(a - h)) / (2 * h))
+
+
+def _slope_by_python_floats(A, h=1e-6):
+    """The same quotient in Python floats, entry by entry, with math.tanh."""
+    return torch.tensor([(math.tanh(a + h) - math.tanh(a - h)) / (2 * h) for a in A.reshape(-1).tolist()],
+                        dtype=A.dtype).reshape(A.shape)
+
+
+def _slope_by_numpy_points_torch_tanh(A, h=1e-6):
+    """Points made in NumPy (no torch op moves a value), evaluated by torch.tanh."""
+    a = A.numpy()
+    return (torch.tanh(torch.from_numpy(a + h)) - torch.tanh(torch.from_numpy(a - h))) / (2 * h)
+
+
+def _slope_by_forward_difference_of_exp(A, h=1e-7):
+    """A forward difference of tanh written with exp, the point moved by a relative step."""
+    def tanh(u):
+        return 1 - 2 / (torch.exp(2 * u) + 1)
+    return (tanh(A * (1 + h)) - tanh(A)) / (A * h)
+
+
 _mlp_backward_by_complex_step = _mlp_numerical(1e-30, lambda loss: loss.imag, [(1.0, torch.tensor(1e-30j))])
 _mlp_backward_by_renamed_differences = _mlp_numerical(
     2e-5, lambda loss: loss, [(1.0, torch.tensor(1e-5, dtype=torch.float64)), (-1.0, torch.tensor(-1e-5, dtype=torch.float64))])
@@ -452,7 +499,7 @@ register(Exercise(
                       "not the mean.",
                       _dict_detector(_mlp_bias_mean)),
     ),
-    method=(WITHOUT_AUTOGRAD, CHAIN_RULE, OWN_DERIVATIVES),
+    method=(WITHOUT_AUTOGRAD, CHAIN_RULE, OWN_DERIVATIVES, NO_DIFFERENCE_QUOTIENT),
     wrong_answers=(
         WrongAnswer(_mlp_backward_by_autograd, expect="used_autograd"),
         WrongAnswer(_mlp_backward_by_finite_differences, expect="finite_differences"),
@@ -470,6 +517,16 @@ register(Exercise(
                     note="complex step, tanh and products renamed (adv-00-04-r3 A3)"),
         WrongAnswer(_mlp_backward_by_renamed_differences, expect="finite_differences",
                     note="real central differences, tanh and products renamed"),
+        WrongAnswer(_mlp_with_tanh_slope(_slope_by_torch), expect="difference_quotient",
+                    note="adversarial round 6 (attempt 4): tanh' by a central difference of torch.tanh, full marks"),
+        WrongAnswer(_mlp_with_tanh_slope(_slope_by_numpy), expect="difference_quotient",
+                    note="the quotient in NumPy"),
+        WrongAnswer(_mlp_with_tanh_slope(_slope_by_python_floats), expect="difference_quotient",
+                    note="the quotient in Python floats with math.tanh"),
+        WrongAnswer(_mlp_with_tanh_slope(_slope_by_numpy_points_torch_tanh), expect="difference_quotient",
+                    note="points moved in NumPy, evaluated by torch.tanh"),
+        WrongAnswer(_mlp_with_tanh_slope(_slope_by_forward_difference_of_exp), expect="difference_quotient",
+                    note="forward difference of tanh written with exp, relative step"),
         WrongAnswer(_mlp_without_activation_grad, expect="missing_activation_grad"),
         WrongAnswer(_mlp_activation_of_pre, expect="activation_of_preactivation"),
         WrongAnswer(_mlp_bias_mean, expect="bias_mean"),

@@ -19,7 +19,7 @@ from .detectors import Run, claims
 from .display import Hint, Result, Solution
 from .judge import judge
 from .methods import (Method, autograd_derivative, backward_calls, checkpoint_used, no_autograd, no_data_attribute,
-                      no_distributed_sampler,
+                      no_difference_quotient, no_distributed_sampler,
                       no_forward_mode, no_grad_scaler, no_jacobian, no_library, no_optimizer, no_torch_func,
                       own_derivatives, own_function, steps_on_autograd_grads, tiny_engine_op, uses_autograd)
 from .notebook import check, hint, reference_records, solution, strict_mode
@@ -34,5 +34,5 @@ __all__ = [
     "Method", "uses_autograd", "autograd_derivative", "backward_calls", "no_data_attribute", "no_distributed_sampler",
     "no_grad_scaler",
     "no_jacobian", "tiny_engine_op", "no_autograd", "no_forward_mode", "no_torch_func", "no_library", "no_optimizer",
-    "own_function", "own_derivatives", "checkpoint_used", "steps_on_autograd_grads",
+    "own_function", "own_derivatives", "checkpoint_used", "steps_on_autograd_grads", "no_difference_quotient",
 ]

@@ -77,6 +77,7 @@ also reads ``facts["grad_phase"]``: the same facts, recorded while the checker
 backpropagated through the output.
 """
 
+import bisect
 import collections
 import contextlib
 import importlib
@@ -99,7 +100,7 @@ FACTS = ("engine_runs", "nested_engine_runs", "backward_ops", "backward_op_names
          "recompiled", "instances", "escapes", "tape_intact", "answer_kind", "own_backward_ops", "own_library_derivatives",
          "silent_writes", "samplers_built", "scalers_built", "tiny_engine_runs", "tiny_backwards",
          "tiny_own_backwards", "tiny_missing_backwards", "tiny_off_input", "tiny_unseen", "complex_outputs",
-         "small_steps", "work", "input_shapes", "optimizer_moves", "backward_rows")
+         "small_steps", "stepped_points", "work", "input_shapes", "optimizer_moves", "backward_rows")
 
 
 class _CountingConstructions:
@@ -217,9 +218,15 @@ class _Points:
 
     def __init__(self, targets, answer):
         self.calls, self.seen = [], collections.Counter()   # [(number, ...)], "module:name" -> recorded calls
+        self.rounding = []                  # per call: its numbers' machine epsilon (float32 tensors round coarser)
         self._patched, self._functions = [], {}
+        # torch's ops of the same names (``aten::tanh``, ``aten::tanh_``) are recorded where they are dispatched
+        # (``tape._Ops``); an ``args:aten:sigmoid`` spec names an op alone
+        self.ops = frozenset(f"aten::{name.partition(':')[2]}{tail}" for name in targets for tail in ("", "_"))
         for target in targets:
             module_name, _, name = target.partition(":")
+            if module_name == "aten":
+                continue
             try:
                 module = importlib.import_module(module_name)
             except ImportError:
@@ -237,6 +244,7 @@ class _Points:
                 return function(*args, **kwargs)
             if len(self.calls) < self.MAX_CALLS:
                 self.calls.append(_numbers(args[0]) if args else (complex("nan"),))
+                self.rounding.append(_EPSILON[getattr(getattr(args[0], "dtype", None), "name", None)] if args else 0.0)
             self.seen[target] += 1
             return function(*args, **kwargs)
         return recorded
@@ -279,6 +287,34 @@ class _Points:
         if torch.is_tensor(tensor) and len(self.calls) < self.MAX_CALLS:
             with torch._C._DisableTorchDispatch():
                 self.calls.append(_numbers(tensor))
+                self.rounding.append(torch.finfo(tensor.dtype).eps if tensor.is_floating_point() else 0.0)
+
+    def stepped(self):
+        """Recorded calls made at a point a small step away from another call's point: a difference quotient.
+
+        A numerical derivative evaluates its function at two points a step ``h`` apart (``u + h`` and ``u - h``,
+        or ``u + h`` and the ``u`` of the value), however the points were made (torch, NumPy, Python floats).
+        Two calls of several numbers are a step apart when every entry moved by at most 0.1 % of ``1 + |u|`` and
+        some entry by more than rounding (64 machine epsilons: a value computed twice in two orders, ``addmm``
+        against ``mm`` then ``add``, differs by a few); a formula's points (``u``, ``-u``, ``2u``) never all lie
+        that close.  One-number calls (a loop over ``tolist()``) are compared with every recorded number, and
+        count only when at least half of them have such a neighbour: two different entries of a random tensor
+        lie that close by chance now and then, a quotient's points always do.
+        """
+        vectors = [(i, numbers) for i, numbers in enumerate(self.calls) if len(numbers) > 1]
+        found = set()
+        for a, (i, first) in enumerate(vectors):
+            for j, second in vectors[a + 1:]:
+                if len(first) == len(second) and _a_step_apart(first, second, max(self.rounding[i], self.rounding[j])):
+                    found.update((i, j))
+        singles = [i for i, numbers in enumerate(self.calls) if len(numbers) == 1 and numbers[0].imag == 0]
+        pool = sorted((n.real, self.rounding[i]) for i, numbers in enumerate(self.calls) for n in numbers
+                      if n.imag == 0 and n.real == n.real)
+        keys = [value for value, _ in pool]
+        near = [i for i in singles if _has_neighbour(self.calls[i][0].real, self.rounding[i], pool, keys)]
+        if len(near) >= 2 and 2 * len(near) >= len(singles):
+            found.update(near)
+        return len(found)
 
     def off(self, inputs):
         """Recorded calls at a point that is not one of ``inputs``, or its negative or double (``exp(-2u)`` in a
@@ -287,6 +323,37 @@ class _Points:
         points = {k * u for u in inputs for k in (1.0, -1.0, 2.0, -2.0)}
         points |= {float(torch.tensor(p, dtype=torch.float32)) for p in points}
         return sum(1 for numbers in self.calls if not all(n.imag == 0 and n.real in points for n in numbers))
+
+
+_EPSILON = collections.defaultdict(lambda: 2.0 ** -52, {"float32": 2.0 ** -23, "float16": 2.0 ** -10,
+                                                       "bfloat16": 2.0 ** -7})   # NumPy's and torch's dtype names
+_STEP, _ROUNDING = 1e-3, 64      # a step: at most 0.1 % of 1 + |u|, more than 64 epsilons (``tape._small_steps``)
+
+
+def _a_step_apart(first, second, epsilon):
+    """Every entry within a small step of its partner, and some beyond rounding."""
+    moved = False
+    for a, b in zip(first, second):
+        if a.imag != b.imag or a.real != a.real or b.real != b.real:
+            return False
+        scale, step = 1 + abs(b.real), abs(a.real - b.real)
+        if step > _STEP * scale:
+            return False
+        moved = moved or step > _ROUNDING * epsilon * scale
+    return moved
+
+
+def _has_neighbour(value, epsilon, pool, keys):
+    """Another recorded number within a small step of ``value``, beyond rounding."""
+    scale = 1 + abs(value)
+    for index in range(bisect.bisect_left(keys, value - _STEP * scale), len(pool)):
+        other, other_epsilon = pool[index]
+        step = abs(other - value)
+        if other > value + _STEP * scale:
+            return False
+        if step > _ROUNDING * max(epsilon, other_epsilon) * scale:
+            return True
+    return False
 
 
 def _cell_value(cell):
@@ -372,7 +439,7 @@ def watch(tensors, *, watchlist=(), answer=None, sizes=True):
                             samplers_built=samplers.built, scalers_built=scalers.built,
                             tiny_engine_runs=tiny.runs, tiny_backwards=tiny.backwards(),
                             tiny_own_backwards=tiny.own(), tiny_missing_backwards=len(tiny._missing),
-                            tiny_off_input=points.off(tiny.inputs()),
+                            tiny_off_input=points.off(tiny.inputs()), stepped_points=points.stepped(),
                             tiny_unseen=sum(max(0, facts["ran"].get(f"code:{target}", 0) - points.seen[target])
                                             for target in Watchlist.of(watchlist).points),
                             input_shapes=[list(t.shape) for t in tensors],

@@ -457,6 +457,32 @@ def own_derivatives():
         tag="library_derivative", origin=_made("own_derivatives"))
 
 
+_EVALUATORS = ("math", "cmath", "numpy", "mpmath", "aten")
+
+
+def no_difference_quotient(functions=("tanh", "exp", "cosh", "sinh")):
+    """No numerical derivative of ``functions``: none evaluated at points a small step apart.
+
+    Watches where those functions were evaluated, however they were reached (torch's ops as dispatched,
+    and ``math``, ``cmath``, NumPy and mpmath's functions of the same names: ``facts._Points``), and
+    refuses calls at points a small step apart (``stepped_points``: ``u + h`` and ``u - h``, or ``u + h``
+    next to ``u``).  ``functions``: the names of the functions whose derivative the exercise asks for, and
+    of those a formula for them is written with.  Not the op-level rule (``small_steps``) that
+    ``own_function`` uses: outside a ``Function``, a sum accumulated in a loop (``g[j] += small``) moves a
+    tensor by small steps too.
+    """
+    functions = tuple(functions)
+    watched = tuple(f"args:{module}:{name}" for module in _EVALUATORS for name in functions)
+    return Method(
+        name="a derivative you work out (no numerical derivative)",
+        holds=lambda facts: facts["stepped_points"] == 0,
+        watch=watched,
+        message=("your answer evaluated a function (" + "/".join(functions) + ") at points a small step apart, such "
+                 "as u + h and u - h: that is a numerical derivative (a difference quotient), not one you worked "
+                 "out. Write the derivative as a formula and evaluate it at the point itself."),
+        tag="difference_quotient", origin=_made("no_difference_quotient", functions=functions))
+
+
 # --- library code the prompt asks the student to replace -----------------------------------
 
 def no_library(*targets, name=None, tag="used_library", specs=None):
@@ -661,6 +687,6 @@ def rebuild(origin):
 
 FACTORIES = {function.__name__: function for function in (
     uses_autograd, autograd_derivative, steps_on_autograd_grads, micro_batches, backward_calls, no_autograd, no_forward_mode, no_torch_func, no_jacobian,
-    own_function, own_derivatives,
+    own_function, own_derivatives, no_difference_quotient,
     no_library, no_distributed_sampler, no_grad_scaler, no_optimizer, no_data_attribute, tiny_engine_op,
     checkpoint_used)}

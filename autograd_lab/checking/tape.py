@@ -294,7 +294,7 @@ class _Ops(TorchDispatchMode):
                 tape.provenance.forward(name, _tensors((args, kwargs)), outputs, grad_on)
         if tape.rows is not None and node is None:    # a gradient is judged by the ledger, not as data
             tape.rows.forward(name, _tensors((args, kwargs)), outputs, args)
-        if tape.points is not None and node is None and name in _EVALUATED_OPS and args:
+        if tape.points is not None and node is None and name in tape.points.ops and args:
             tape.points.dispatched(args[0])
         if node is not None:
             tape.count(tape.backward_ops, name)
@@ -508,8 +508,6 @@ _MODE_POPS = _builtins(["torch._C._pop_torch_dispatch_stack"])
 _GC_CALLS = _builtins(["gc.collect", "gc.enable", "gc.freeze"])   # would hide the objects the call made
 _DUAL_LEVELS = _builtins(["torch._C._enter_dual_level"])
 _COPIES = {id(copy.deepcopy.__code__), id(copy.copy.__code__)}
-# torch's forms of the functions whose points ``args:`` specs record (``facts._Points``: math.tanh ...)
-_EVALUATED_OPS = frozenset(f"aten::{name}" for name in ("tanh", "exp", "cosh", "sinh", "tanh_", "exp_", "cosh_", "sinh_"))
 # Guards that switch the recorders off around a block (Python dispatch, torch-function modes, any
 # dispatch key).  Entering one constructs a C type, which no profile event reports, so what the tape can
 # see is the answer's own code naming one (as an attribute or a string); torch's code and the course's
