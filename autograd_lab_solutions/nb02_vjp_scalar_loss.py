@@ -638,6 +638,71 @@ class _softplus_by_mpmath(Softplus):
         return grad_output * torch.tensor(slopes, dtype=x.dtype).reshape(x.shape)
 
 
+def _python_quotient(slope):
+    """A Softplus whose backward takes the saved tensors out to Python and calls ``slope(x, y)`` per entry."""
+    class _Quotient(Softplus):
+        @staticmethod
+        def forward(ctx, x):
+            y = F.softplus(x)
+            ctx.save_for_backward(x, y)
+            return y
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            x, y = ctx.saved_tensors
+            slopes = [slope(u, v) for u, v in zip(x.reshape(-1).tolist(), y.reshape(-1).tolist())]
+            return grad_output * torch.tensor(slopes, dtype=x.dtype).reshape(x.shape)
+    _Quotient.__doc__ = slope.__doc__
+    return _Quotient
+
+
+def _central_in_floats(u, v, h=1e-6):
+    """Adversarial round 6 (brief, issue 20): a central difference over Python floats with math."""
+    return (math.log1p(math.exp(u + h)) - math.log1p(math.exp(u - h))) / (2 * h)
+
+
+def _forward_from_saved_output(u, v, h=1e-7):
+    """A forward difference in Python floats from the saved output, the functions imported by name."""
+    from math import exp, log1p
+
+    return (log1p(exp(u + h)) - v) / h
+
+
+def _central_through_powers(u, v, h=1e-6):
+    """The quotient with no exp call: math.e ** (u + h), then math.log."""
+    return (math.log(1 + math.e ** (u + h)) - math.log(1 + math.e ** (u - h))) / (2 * h)
+
+
+class _softplus_by_numpy_quotient(Softplus):
+    """The quotient in NumPy, from x.numpy()."""
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        import numpy
+
+        (x,) = ctx.saved_tensors
+        a = x.detach().numpy()
+        return grad_output * torch.from_numpy((numpy.logaddexp(0, a + 1e-6) - numpy.logaddexp(0, a - 1e-6)) / 2e-6)
+
+
+class _softplus_quotient_in_forward(torch.autograd.Function):
+    """The quotient computed in forward with NumPy and saved; backward only multiplies."""
+
+    @staticmethod
+    def forward(ctx, x):
+        import numpy
+
+        a = x.detach().numpy()
+        ctx.save_for_backward(torch.from_numpy((numpy.log1p(numpy.exp(a + 1e-6)) - numpy.log1p(numpy.exp(a - 1e-6)))
+                                               / 2e-6))
+        return F.softplus(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (slope,) = ctx.saved_tensors
+        return grad_output * slope
+
+
 class _softplus_by_forward_mode(Softplus):
     """Adversarial round 5 (sps_7): forward-mode AD inside backward, the tangent seeded with the gradient."""
 
@@ -704,6 +769,14 @@ register(Exercise(
         WrongAnswer(_softplus_by_forward_mode, expect="own_function", note="round 5 sps_7: forward-mode AD"),
         WrongAnswer(_softplus_by_mpmath, expect="own_function", note="adversarial round 6: mpmath.diff in backward"),
         WrongAnswer(_softplus_on_ctx, expect="own_function", note="ctx.x = x instead of save_for_backward"),
+        WrongAnswer(_python_quotient(_central_in_floats), expect="own_function",
+                    note="round 6 (issue 20 brief): central difference over floats from tolist(), math"),
+        WrongAnswer(_python_quotient(_forward_from_saved_output), expect="own_function",
+                    note="forward difference from the saved output, exp and log1p imported by name"),
+        WrongAnswer(_python_quotient(_central_through_powers), expect="own_function",
+                    note="math.e ** (x + h) and math.log: no exp call"),
+        WrongAnswer(_softplus_by_numpy_quotient, expect="own_function", note="NumPy logaddexp quotient"),
+        WrongAnswer(_softplus_quotient_in_forward, expect="own_function", note="NumPy quotient in forward, saved"),
     ),
 ))
 

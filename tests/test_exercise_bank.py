@@ -512,12 +512,40 @@ def _mlp_numpy(X, W1, b1, W2, b2, G_Z):
             {"W1": x.T @ ga, "b1": ga.sum(0), "W2": h.T @ g, "b2": g.sum(0)}.items()}
 
 
+def _softplus(forward, backward, saves="x"):
+    """A Softplus Function from a forward formula and a backward formula of (x, y)."""
+    class _Softplus(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            y = forward(x)
+            ctx.save_for_backward(x if saves == "x" else y)
+            return y
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            (saved,) = ctx.saved_tensors
+            return grad_output * backward(saved)
+    return _Softplus
+
+
+_SOFTPLUS_STYLES = {
+    "softplus-exp-by-hand": _softplus(lambda x: torch.log(1 + torch.exp(x)), lambda x: 1 / (1 + torch.exp(-x))),
+    "softplus-logaddexp-output-saved": _softplus(lambda x: torch.logaddexp(x, torch.zeros_like(x)),
+                                                 lambda y: 1 - torch.exp(-y), saves="y"),
+    "softplus-expit": _softplus(lambda x: torch.log1p(torch.exp(x)), torch.special.expit),
+    "softplus-tanh-half": _softplus(F.softplus, lambda x: 0.5 * (1 + torch.tanh(x / 2))),
+    "softplus-loop-over-floats": _softplus(F.softplus, lambda x: torch.tensor(
+        [1 / (1 + math.exp(-v)) for v in x.reshape(-1).tolist()], dtype=x.dtype).reshape(x.shape)),
+}
+
+
 @pytest.mark.parametrize("exercise_id,answer", [
+    *(("02.softplus", answer) for answer in _SOFTPLUS_STYLES.values()),
     ("04.sgd_step", _sgd_add_), ("04.sgd_step", _sgd_isub), ("04.sgd_step", _sgd_copy_),
     ("04.sgd_step", _sgd_foreach),
     ("02.mlp_backward", _mlp_addmm_cosh), ("02.mlp_backward", _mlp_sigmoid_twice),
     ("02.mlp_backward", _mlp_python_floats), ("02.mlp_backward", _mlp_numpy),
-], ids=["sgd-add_", "sgd-isub-continue", "sgd-copy_", "sgd-foreach_add_",
+], ids=[*_SOFTPLUS_STYLES, "sgd-add_", "sgd-isub-continue", "sgd-copy_", "sgd-foreach_add_",
         "mlp-addmm-cosh", "mlp-sigmoid-and-tanh-twice", "mlp-math.tanh-floats", "mlp-numpy"])
 def test_round6_correct_styles_pass_public_and_hidden(exercise_id, answer):
     result = _check_everything(next(e for e in EXERCISES if e.id == exercise_id), answer)

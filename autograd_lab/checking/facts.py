@@ -219,6 +219,7 @@ class _Points:
     def __init__(self, targets, answer):
         self.calls, self.seen = [], collections.Counter()   # [(number, ...)], "module:name" -> recorded calls
         self.rounding = []                  # per call: its numbers' machine epsilon (float32 tensors round coarser)
+        self.partners = []                  # [(numbers, epsilon)]: values taken to Python or NumPy (``exported``)
         self._patched, self._functions = [], {}
         # torch's ops of the same names (``aten::tanh``, ``aten::tanh_``) are recorded where they are dispatched
         # (``tape._Ops``); an ``args:aten:sigmoid`` spec names an op alone
@@ -243,8 +244,9 @@ class _Points:
             if threading.get_ident() != owner:
                 return function(*args, **kwargs)
             if len(self.calls) < self.MAX_CALLS:
-                self.calls.append(_numbers(args[0]) if args else (complex("nan"),))
-                self.rounding.append(_EPSILON[getattr(getattr(args[0], "dtype", None), "name", None)] if args else 0.0)
+                point = _point(args)        # logaddexp(0, a + h): the argument that holds the point
+                self.calls.append(_numbers(point) if args else (complex("nan"),))
+                self.rounding.append(_EPSILON[getattr(getattr(point, "dtype", None), "name", None)] if args else 0.0)
             self.seen[target] += 1
             return function(*args, **kwargs)
         return recorded
@@ -253,8 +255,9 @@ class _Points:
         recorders = {key: self._recorder(target, function) for key, (target, function, _, _) in self._functions.items()}
         for key, (_, _, module, name) in self._functions.items():
             self._replace(vars(module), name, recorders[key])
-        function = getattr(self._answer, "__func__", self._answer)
-        if recorders and isinstance(function, types.FunctionType):
+        for function in _functions_of(self._answer):
+            if not recorders:
+                break
             for name, value in list(function.__globals__.items()):
                 if id(value) in recorders and value is self._functions[id(value)][1]:
                     self._replace(function.__globals__, name, recorders[id(value)])
@@ -289,6 +292,14 @@ class _Points:
                 self.calls.append(_numbers(tensor))
                 self.rounding.append(torch.finfo(tensor.dtype).eps if tensor.is_floating_point() else 0.0)
 
+    def partner(self, tensors):
+        """Values a difference quotient may step away from, whatever took them out of torch (``tolist``, ``float``,
+        NumPy): the call's tensor arguments and what it returned (a Function's saved input or output)."""
+        for tensor in tensors:
+            if len(self.partners) < self.MAX_CALLS and torch.is_tensor(tensor) and tensor.is_floating_point():
+                with torch._C._DisableTorchDispatch():
+                    self.partners.append((_numbers(tensor.detach()), torch.finfo(tensor.dtype).eps))
+
     def stepped(self):
         """Recorded calls made at a point a small step away from another call's point: a difference quotient.
 
@@ -307,8 +318,13 @@ class _Points:
             for j, second in vectors[a + 1:]:
                 if len(first) == len(second) and _a_step_apart(first, second, max(self.rounding[i], self.rounding[j])):
                     found.update((i, j))
+            # a value taken out of torch (``x.numpy()``, ``tolist()``) and evaluated a small step away
+            if any(len(first) == len(numbers) and _a_step_apart(first, numbers, max(self.rounding[i], epsilon))
+                   for numbers, epsilon in self.partners):
+                found.add(i)
         singles = [i for i, numbers in enumerate(self.calls) if len(numbers) == 1 and numbers[0].imag == 0]
-        pool = sorted((n.real, self.rounding[i]) for i, numbers in enumerate(self.calls) for n in numbers
+        recorded = [(numbers, self.rounding[i]) for i, numbers in enumerate(self.calls)] + self.partners
+        pool = sorted((n.real, epsilon) for numbers, epsilon in recorded for n in numbers
                       if n.imag == 0 and n.real == n.real)
         keys = [value for value, _ in pool]
         near = [i for i in singles if _has_neighbour(self.calls[i][0].real, self.rounding[i], pool, keys)]
@@ -354,6 +370,31 @@ def _has_neighbour(value, epsilon, pool, keys):
         if step > _ROUNDING * max(epsilon, other_epsilon) * scale:
             return True
     return False
+
+
+def _point(args):
+    """The positional argument a function was evaluated at: the first that holds several numbers, else the first."""
+    for arg in args:
+        if hasattr(arg, "__len__") and not isinstance(arg, (str, bytes)) and len(arg) > 1:
+            return arg
+    return args[0] if args else None
+
+
+def _functions_of(answer):
+    """The answer's own Python functions whose globals and closures may hold a watched function: the answer, or a
+    ``Function`` subclass's ``forward``, ``backward`` and ``setup_context``."""
+    if isinstance(answer, type):
+        found = [getattr(vars(answer).get(name), "__func__", vars(answer).get(name))
+                 for name in ("forward", "backward", "setup_context", "vjp")]
+    else:
+        found = [getattr(answer, "__func__", answer)]
+    return [function for function in found if isinstance(function, types.FunctionType)]
+
+
+def grad_phase_points(specs, answer):
+    """A ``_Points`` for the backward the checker runs through a ``Function``'s output (``observe``), or ``None``."""
+    targets = Watchlist.of(specs).points
+    return _Points(targets, answer) if targets else None
 
 
 def _cell_value(cell):
@@ -439,11 +480,20 @@ def watch(tensors, *, watchlist=(), answer=None, sizes=True):
                             samplers_built=samplers.built, scalers_built=scalers.built,
                             tiny_engine_runs=tiny.runs, tiny_backwards=tiny.backwards(),
                             tiny_own_backwards=tiny.own(), tiny_missing_backwards=len(tiny._missing),
-                            tiny_off_input=points.off(tiny.inputs()), stepped_points=points.stepped(),
+                            tiny_off_input=points.off(tiny.inputs()),
+                            stepped_points=stepped(points, list(tensors) + _tensors(result.output)),
                             tiny_unseen=sum(max(0, facts["ran"].get(f"code:{target}", 0) - points.seen[target])
                                             for target in Watchlist.of(watchlist).points),
                             input_shapes=[list(t.shape) for t in tensors],
                             optimizer_moves=tape.moves.facts(result.output))
+
+
+def stepped(points, partners):
+    """``points.stepped()`` with ``partners`` (the call's tensor arguments and outputs) as values to step from."""
+    if not points.calls:
+        return 0
+    points.partner(partners)
+    return points.stepped()
 
 
 def _discount(ran, specs, calls):

@@ -370,6 +370,13 @@ def no_jacobian(max_numel=None, *, limit="square"):
         tag="jacobian", sizes=True, origin=_made("no_jacobian", max_numel=max_numel, limit=limit))
 
 
+# Where a Function's forward and backward evaluate the pieces of softplus and of its derivative: a difference
+# quotient evaluates one of them at points a small step apart, in torch, NumPy, math, cmath or mpmath
+# (``stepped_points``; round 6: a quotient over Python floats from ``tolist()`` got full marks).
+_SOFTPLUS_POINTS = tuple(f"args:{module}:{name}" for module in ("math", "cmath", "numpy", "mpmath", "aten")
+                         for name in ("exp", "expm1", "log", "log1p", "logaddexp", "tanh", "sigmoid", "softplus"))
+
+
 def own_function():
     """A ``torch.autograd.Function`` of the answer's own, whose ``backward`` computes the derivative itself.
 
@@ -391,6 +398,7 @@ def own_function():
                 and not facts.get("forward_ad", 0) and not grad.get("forward_ad", 0)
                 and not facts.get("complex_outputs", 0) and not grad.get("complex_outputs", 0)
                 and not facts.get("small_steps", 0) and not grad.get("small_steps", 0)
+                and not facts.get("stepped_points", 0) and not grad.get("stepped_points", 0)
                 and not grad.get("ctx_tensors", 0))
 
     def explain(facts):
@@ -409,6 +417,11 @@ def own_function():
         if facts.get("complex_outputs", 0) or grad.get("complex_outputs", 0):
             return ("your Function computes with complex tensors: a complex-step derivative is numerical. Work "
                     "out the derivative as a formula and evaluate it in `backward`.")
+        if facts.get("stepped_points", 0) or grad.get("stepped_points", 0):
+            return ("your Function evaluates a function (exp, log, log1p, sigmoid, softplus...) at points a small "
+                    "step apart (such as x + h and x - h, in torch, NumPy or Python floats): that is a numerical "
+                    "derivative (a difference quotient), not one you worked out. Write the derivative as a formula "
+                    "and evaluate it at the saved tensor.")
         if facts.get("small_steps", 0) or grad.get("small_steps", 0):
             return ("your Function evaluates at a point moved by a small step from its input (such as x + h and "
                     "x - h): that is a numerical derivative (a difference quotient), not one you worked out. "
@@ -433,7 +446,7 @@ def own_function():
 
     return Method(
         name="a custom `torch.autograd.Function` with its own backward",
-        holds=holds, explain=explain, grad_phase=True, watch=DECOMPOSITIONS + DIFFERENTIATORS,
+        holds=holds, explain=explain, grad_phase=True, watch=DECOMPOSITIONS + DIFFERENTIATORS + _SOFTPLUS_POINTS,
         message="your answer's gradient does not come from a `backward` you wrote.",
         tag="own_function", origin=_made("own_function"))
 

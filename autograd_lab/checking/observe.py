@@ -6,6 +6,7 @@ cannot reach the comparison.  Everything that can go wrong in the answer (not
 attempted, an exception, a timeout) is written into the record, never raised.
 """
 
+import contextlib
 import functools
 import inspect
 import os
@@ -13,7 +14,7 @@ import os
 import torch
 
 from . import untouched
-from .facts import watch
+from .facts import grad_phase_points, stepped, watch
 from .methods import watch_specs
 from .tape import Tape
 from .hermetic import TimedOut, deadline, isolated
@@ -132,14 +133,19 @@ def _grad_phase(record, exercise, answer, output, args, seed):
         return _input_grads(output, args, seed)
     own = answer if isinstance(answer, type) and issubclass(answer, torch.autograd.Function) else None
     # The method's code specs are watched here too: a backward may call what the method bans (``torch._decomp``).
-    specs = tuple(spec for spec in watch_specs(exercise.method) if spec.startswith(("code:", "op:")))
-    with Tape(specs, own=own) as tape:
+    specs = tuple(spec for spec in watch_specs(exercise.method) if spec.startswith(("code:", "op:", "args:")))
+    points = grad_phase_points(specs, answer)     # where a numerical derivative would evaluate (``facts._Points``)
+    tape = Tape(specs, own=own)
+    tape.points = points
+    with (points if points is not None else contextlib.nullcontext()), tape:
         grads = _input_grads(output, args, seed)
     record["facts"]["grad_phase"] = {key: value for key, value in tape.facts().items()
                                      if key in ("engine_runs", "nested_engine_runs", "backward_ops",
                                                 "own_backward_ops", "own_library_derivatives", "library_derivatives",
                                                 "escapes", "tape_intact", "ran", "forward_ad", "complex_outputs",
                                                 "small_steps")}
+    record["facts"]["grad_phase"]["stepped_points"] = (
+        stepped(points, flat_tensors(args) + flat_tensors(output)) if points is not None else 0)
     record["facts"]["grad_phase"]["ctx_tensors"] = _ctx_tensors(output, own)
     return grads
 
