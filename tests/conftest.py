@@ -12,16 +12,19 @@ only when it reaches the last test of the one it has, so the short files fill th
 
 import pytest
 
-# Seconds each file took in `make test-package` on the 2-core machine (junit XML, 2026-11-25),
-# for the files over ~20 s; any other file counts as short and keeps xdist's order (most tests
+# Seconds each file took in `make test-package` on the shared 2-core machine, loaded (junit XML of
+# 2026-11-25 at 21cb4d8: 2628 s of tests, 1680 s wall), for the files over ~20 s; any other file counts as short and keeps xdist's order (most tests
 # first).  Only the order depends on these figures: a wrong one costs time, never a test.
 LONG_FILES = {
-    "tests/test_grading.py": 300,
-    "tests/test_grading_solved.py": 200,
-    "tests/test_grading_under_stress.py": 180,
-    "tests/test_release.py": 150,
-    "tests/test_assignment.py": 130,
-    "tests/test_gradescope.py": 140,
+    "tests/test_exercise_bank.py": 630,
+    "tests/test_grading.py": 460,
+    "tests/test_release.py": 265,
+    "tests/test_assignment.py": 260,
+    "tests/test_exercises.py": 210,
+    "tests/test_grading_under_stress.py": 205,
+    "tests/test_grading_solved.py": 195,
+    "tests/test_gradescope.py": 185,
+    "tests/test_distributed.py": 60,
 }
 
 
