@@ -222,9 +222,12 @@ def test_every_bank_answer_fails_in_the_release_and_most_keep_their_misconceptio
                 assert result.status == "passed", (exercise.id, result)
                 continue
             assert result.status != "passed", (exercise.id, expect)
-            self_study = checking.check(exercise.id, answer)
-            (same if result.misconception == self_study.misconception else different).append(
-                (exercise.id, expect, self_study.misconception, result.misconception))
+            # Self-study's misconception is the bank's ``expect``: test_exercise_bank proves that check()
+            # (the public seeds, judged) fails every bank answer with exactly that misconception
+            # (test_wrong_answer_fails_with_its_misconception with test_check_never_passes_what_the_grader_fails),
+            # so the self-study side is not observed a second time here (CI's time limit).
+            (same if result.misconception == expect else different).append(
+                (exercise.id, expect, expect, result.misconception))
     print(f"\nsame misconception: {len(same)}, different: {len(different)}: {different}; "
           f"checked only when graded: {unchecked}")
     assert [d for d in different if d[:2] not in SAME_RECORD] == []
