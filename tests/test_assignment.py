@@ -242,14 +242,28 @@ def test_a_regrade_through_the_command_line_merges_and_prints_progress_and_a_sum
     assert "Victor, victor differ only by case: graded as one student, Victor" in text
 
 
-def test_unknown_students_and_exercises_are_usage_errors(term):
+def _usage_error(*args, capsys):
+    """``autograd-lab grade ARGS`` run in this process (a usage error stops before any kernel): code, stderr.
+
+    The command line's own process is exercised by the regrade above; these only need its answer,
+    without paying for a fresh interpreter and a torch import each (CI's time limit).
+    """
+    from autograd_lab.course import cli
+    capsys.readouterr()
+    code = cli.main(["grade", *map(str, args)])
+    return code, capsys.readouterr().err
+
+
+def test_unknown_students_and_exercises_are_usage_errors(term, capsys):
     for args, said in ((("--student", "bobby"), "--student bobby: no such student"),
                        (("--exercise", "01.saved_byte"), "Did you mean 01.saved_bytes"),
                        (("--exercise", "05.amp_step_order"), "not an exercise of this assignment")):
-        done = _cli(term["root"], "--assignment", term["path"], "--out", term["out"], *args)
-        assert done.returncode == 2 and said in done.stderr, done.stderr
-    done = _cli(term["root"], "--notebook", "01", "--out", term["out"] / "plain", "--student", "bob")
-    assert done.returncode == 2 and "give --assignment FILE" in done.stderr
+        code, stderr = _usage_error(term["root"], "--assignment", term["path"], "--out", term["out"], *args,
+                                    capsys=capsys)
+        assert code == 2 and said in stderr, stderr
+    code, stderr = _usage_error(term["root"], "--notebook", "01", "--out", term["out"] / "plain", "--student", "bob",
+                                capsys=capsys)
+    assert code == 2 and "give --assignment FILE" in stderr
 
 
 def test_lms_exports_have_roster_rows_only_and_one_maximum(term):
