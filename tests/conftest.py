@@ -14,7 +14,8 @@ import pytest
 
 # Seconds each file took in `make test-package` on the shared 2-core machine, loaded (junit XML of
 # 2026-11-25 at 21cb4d8: 2628 s of tests, 1680 s wall), for the files over ~20 s; any other file
-# counts as short and keeps xdist's order (most tests first).  Only the order depends on these figures: a wrong one costs time, never a test.
+# counts as short and keeps xdist's order (most tests first).  Only the order depends on these
+# figures: a wrong one costs time, never a test.
 LONG_FILES = {
     "tests/test_exercise_bank.py": 630,
     "tests/test_grading.py": 460,
