@@ -55,6 +55,9 @@ actually ran, not what the answer's names say.
   ``u + h`` or a complex step's ``u + ih``, and
   ``tiny_unseen``: calls of such a builtin that the profile hook counted but whose points were not
   recorded (a reference the recorder could not replace, ``_Points``);
+* ``stepped_points``: calls of those functions (or ops) at points a small step from another call's
+  point or from an argument's or output's values, ``u + h`` next to ``u - h`` or ``u``: a difference
+  quotient, however its points were made (``_Points.stepped``);
 * ``complex_outputs``: tensors with a complex dtype that ops produced (a complex step);
   ``work``: the elements of all the tensors ops produced, backward included, plus the multiply-adds of
   matrix products and convolutions (a numerical derivative's work grows with the parameters' count);
@@ -219,7 +222,7 @@ class _Points:
     def __init__(self, targets, answer):
         self.calls, self.seen = [], collections.Counter()   # [(number, ...)], "module:name" -> recorded calls
         self.rounding = []                  # per call: its numbers' machine epsilon (float32 tensors round coarser)
-        self.partners = []                  # [(numbers, epsilon)]: values taken to Python or NumPy (``exported``)
+        self.partners = []                  # [(numbers, epsilon)]: the call's arguments and outputs (``partner``)
         self._patched, self._functions = [], {}
         # torch's ops of the same names (``aten::tanh``, ``aten::tanh_``) are recorded where they are dispatched
         # (``tape._Ops``); an ``args:aten:sigmoid`` spec names an op alone
