@@ -183,7 +183,8 @@ def _frozen_input_model(seed, hidden):
     return nn.Sequential(*blocks), x
 
 
-def _mistaken_step(model, x, *, wrap=True, reentrant=False, backward=True, loss_inside=True, as_input=None):
+def _mistaken_step(model, x, *, wrap=True, reentrant=False, backward=True, loss_inside=True, as_input=None,
+                   **checkpoint_options):
     """The reference with one thing changed: the wrong answers students actually write."""
     import warnings
 
@@ -197,7 +198,7 @@ def _mistaken_step(model, x, *, wrap=True, reentrant=False, backward=True, loss_
         warnings.simplefilter("ignore")  # reentrant + frozen input: "None of the inputs have requires_grad=True"
         with saved_tensors(exclude=model.parameters()) as saved:
             for block in model:
-                h = checkpoint(block, h, use_reentrant=reentrant) if wrap else block(h)
+                h = checkpoint(block, h, use_reentrant=reentrant, **checkpoint_options) if wrap else block(h)
             loss = h.pow(2).mean() if loss_inside else None
     if loss is None:
         loss = h.pow(2).mean()
@@ -351,6 +352,35 @@ def _loss_outside_plus_one(model, x):
     return loss, count + 1
 
 
+def _selective(policy):
+    """A ``context_fn`` for ``checkpoint``: selective checkpointing with ``policy`` (a function or an op list)."""
+    import functools
+
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+    return functools.partial(create_selective_checkpoint_contexts, policy)
+
+
+def _saves_every_op(ctx, op, *args, **kwargs):
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    return CheckpointPolicy.MUST_SAVE
+
+
+def _saves_matmuls(ctx, op, *args, **kwargs):
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    if op in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default):
+        return CheckpointPolicy.MUST_SAVE
+    return CheckpointPolicy.PREFER_RECOMPUTE
+
+
+# Adversarial round 6 (adv-05-08-r5, 06.checkpointed_step 10): every saved tensor counted, the checkpoints' empty
+# placeholders included (right on releases whose checkpoints save none, one more per step on the others).
+_every_saved_tensor_counted = mutant(checkpointed_step, "    return loss, activations_kept(saved)",
+                                     "    return loss, len(saved.tensors)")
+
+
 def _blocks_in(parameters):
     """Blocks in the model, from its decoded parameters ({"0.0.weight": ..., "0.2.weight": ...})."""
     return sum(name.endswith(".0.weight") for name in parameters)
@@ -407,6 +437,18 @@ register(Exercise(
                       "(or whichever hooks it runs under). Pass each block's checkpointed output on to the next "
                       "block and to the loss, and nothing else.",
                       lambda s, r, args: _seen(s, saved_check.KEPT_INSIDE_BLOCKS) > 0),
+        Misconception("selective_policy_kept", "Your checkpoints' selective policy (`context_fn=`) kept the outputs "
+                      "of ops inside the blocks until the backward pass: an op whose output the policy saves is not "
+                      "recomputed, and what it keeps lives in the checkpoint's own cache, which saved-tensor hooks "
+                      "(and so `saved_tensors` and your count) never see. The prompt asks that each block keep only "
+                      "its input until backward: checkpoint the blocks without a policy that saves any op.",
+                      lambda s, r, args: _seen(s, saved_check.KEPT_BY_POLICY) > 0),
+        Misconception("counted_empty", "Your count includes saved tensors that hold no data: `len(saved.tensors)`, "
+                      "`saved.count` and `saved.saves` count every entry (or every save), the empty `(0,)` "
+                      "placeholder a checkpoint saves on some torch releases included, so the number depends on the "
+                      "release. The prompt's count is `activations_kept(saved)`, which counts only the tensors that "
+                      "hold data.",
+                      lambda s, r, args: _seen(s, saved_check.PLACEHOLDERS, False) is True),
         Misconception("own_hooks", "Your step pushed saved-tensor hooks of its own: hooks form a stack and only the "
                       "innermost sees a save, so yours hide what your step saves from the course's measurement (and "
                       "from the check). Measure with `saved_tensors(exclude=model.parameters())`, as the prompt says, "
@@ -431,6 +473,22 @@ register(Exercise(
                          "identity hooks, typed count (was full marks)"),
         WrongAnswer(_forshow_measured, expect="not_checkpointed_for_real",
                     note="the same forward for show, with the course's measurement around the checkpoints only"),
+        WrongAnswer(lambda model, x: _mistaken_step(model, x, context_fn=_selective(_saves_every_op)),
+                    expect="selective_policy_kept",
+                    note="adversarial round 6 (adv-05-08-r5 #4): a selective policy that saves every op, so nothing "
+                         "is recomputed and every activation kept (was full marks, 3/3 hidden)"),
+        WrongAnswer(lambda model, x: _mistaken_step(model, x, context_fn=_selective(
+                        [torch.ops.aten.addmm.default, torch.ops.aten.gelu.default, torch.ops.aten.t.default])),
+                    expect="selective_policy_kept",
+                    note="adversarial round 6 (adv-05-08-r5 #7): the op-list form, every op the blocks run (was full "
+                         "marks, 3/3 hidden)"),
+        WrongAnswer(lambda model, x: _mistaken_step(model, x, context_fn=_selective(_saves_matmuls)),
+                    expect="selective_policy_kept",
+                    note="the notebook's selective policy (matmul outputs saved): the first Linear's output is kept "
+                         "until backward, which the prompt rules out"),
+        WrongAnswer(_every_saved_tensor_counted, expect="counted_empty",
+                    note="adversarial round 6 (adv-05-08-r5 #10): len(saved.tensors), passed on 2.13.0, a bare "
+                         "'expected 4, got 5' on 2.5.1"),
         WrongAnswer(_measured_count_typed, expect="count_not_read",
                     note="adversarial round 4 (c06_typed): the real measured step, the count typed beside it"),
         WrongAnswer(_measured_then_typed, expect="count_not_read",

@@ -22,9 +22,19 @@ for show beside an ordinary forward pass, so the check calls the answer through
   checkpoint's own: identity hooks of the answer's hide every save beneath them, from the
   course's measurement and from the hooks above;
 * the activations made inside the model's blocks during the forward pass that were still
-  alive when the backward began: a checkpoint keeps none of them (it keeps only its input
-  and recomputes the rest), while an ordinary ``block(h)`` keeps every one that a node saved,
-  whichever hooks it ran under.  This is the memory checkpointing exists to save.
+  alive when the backward began, judged by their storages (a dispatch mode of the check's
+  sees every op the blocks' layers run): a checkpoint keeps none of them (it keeps only its
+  input and recomputes the rest), while an ordinary ``block(h)`` keeps every one that a node
+  saved, whichever hooks it ran under, and a selective checkpoint (``context_fn=``) keeps the
+  outputs of the ops its policy saves, in a cache of its own that saved-tensor hooks never
+  see (adversarial round 6: a policy that saves every op recomputes nothing and got full
+  marks).  This is the memory checkpointing exists to save;
+* a count that included the empty entries of the measurement: each measurement also holds a
+  drawn number of zero-byte entries (and saves) of the check's, like the ``(0,)`` placeholder
+  some releases' checkpoints save, which ``activations_kept`` leaves out and
+  ``len(saved.tensors)``, ``saved.count`` or ``saved.saves`` do not (adversarial round 6:
+  ``len(saved.tensors)`` was right on 2.13.0, where checkpoints save no placeholder, and one
+  more on 2.5.1).
 """
 
 import secrets
@@ -33,15 +43,21 @@ import weakref
 from contextlib import contextmanager
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
+from torch.utils._pytree import tree_leaves
 
 from autograd_lab.labs.memory import SavedTensor, saved_tensors
 
 OUTSIDE = "saved outside your measurement"
 AFTER = "saved after your measurement ended"
 KEPT_INSIDE_BLOCKS = "block activations kept until backward"
+KEPT_BY_POLICY = "block activations a selective checkpoint kept until backward"
+PLACEHOLDERS = "count included empty saved tensors"
 FROM_MEASUREMENT = "count read from your saved_tensors measurement"
 OWN_HOOKS = "saved-tensor hooks of your own"
 CANARY = (100, 1000)   # entries the check adds to each measurement, drawn in this range: more than any real count
+EMPTY = (1, 100)       # zero-byte entries it adds too, drawn in this range: only a count of every entry carries them
 
 
 class BlocksRanWithoutGrad(RuntimeError):
@@ -51,8 +67,8 @@ class BlocksRanWithoutGrad(RuntimeError):
 def step_with_unmeasured_saves(answer, model, x):
     """``answer(model, x)``, and after what it returned, a dict of what the check saw (the module's docstring).
 
-    Returns ``(*result, {OUTSIDE: n, AFTER: m, KEPT_INSIDE_BLOCKS: k, FROM_MEASUREMENT: bool, OWN_HOOKS: h})``;
-    the reference's is ``{0, 0, 0, True, 0}``.
+    Returns ``(*result, {OUTSIDE: n, AFTER: m, KEPT_INSIDE_BLOCKS: k, KEPT_BY_POLICY: p, FROM_MEASUREMENT: bool,
+    PLACEHOLDERS: bool, OWN_HOOKS: h})``; the reference's is ``{0, 0, 0, 0, True, False, 0}``.
     """
     parameters = {_storage(p) for p in model.parameters()}
     missed, after = set(), set()
@@ -79,7 +95,8 @@ def step_with_unmeasured_saves(answer, model, x):
     result = tuple(result) if isinstance(result, (tuple, list)) else (result,)
     count = result[1] if len(result) > 1 else None
     seen = {OUTSIDE: len(missed), AFTER: len(after), KEPT_INSIDE_BLOCKS: blocks.kept_at_backward,
-            FROM_MEASUREMENT: opened.counted(count), OWN_HOOKS: len(own_hooks)}
+            KEPT_BY_POLICY: blocks.kept_by_policy, FROM_MEASUREMENT: opened.counted(count),
+            PLACEHOLDERS: opened.counted_empty(count), OWN_HOOKS: len(own_hooks)}
     if len(result) > 1:
         result = (result[0], opened.without_canary(count), *result[2:])
     return (*result, seen)
@@ -119,6 +136,7 @@ class _Opened:
     def __init__(self):
         self.all, self.ended, self.read = [], [], []
         self.canary = {}   # id(measurement) -> the entries the check added to it
+        self.empty = {}    # id(measurement) -> the zero-byte entries among them
 
     def add_canary(self, measurement):
         """Entries of the check's in ``measurement``, as many as a number drawn for it: every count of it carries them."""
@@ -129,12 +147,25 @@ class _Opened:
         for index in range(size):
             measurement._seen[("check", id(self), index)] = _CANARY_ENTRY
         measurement.__dict__["saves"] = measurement.__dict__.get("saves", 0) + size
+        empty = EMPTY[0] + secrets.randbelow(EMPTY[1] - EMPTY[0])
+        self.empty[id(measurement)] = empty
+        for index in range(empty):
+            measurement._seen[("check", "empty", id(self), index)] = _EMPTY_ENTRY
+        measurement.__dict__["saves"] += empty     # as many saves of them: ``saves`` counts every pack call
 
     def counted(self, count):
         """Whether ``count`` is what a measurement the step read counted, its canary included."""
         if isinstance(count, bool) or not isinstance(count, int):
             return False
         return any(count in self._counts(m) for m in self.read)
+
+    def counted_empty(self, count):
+        """Whether ``count`` counted every entry (or save) of a measurement the step read, the empty ones included."""
+        return any(self._empty_counted(count, m) for m in self.read)
+
+    @staticmethod
+    def _empty_counted(count, m):
+        return not isinstance(count, bool) and isinstance(count, int) and count in (len(m._seen), m.__dict__.get("saves"))
 
     @staticmethod
     def _counts(m):
@@ -149,7 +180,7 @@ class _Opened:
             return count
         for m in self.read:
             if count in self._counts(m):
-                return count - self.canary[id(m)]
+                return count - self.canary[id(m)] - (self.empty[id(m)] if self._empty_counted(count, m) else 0)
         carried = [size for size in self.canary.values() if size <= count < size + CANARY[0]]
         return count - max(carried) if carried else count
 
@@ -210,57 +241,110 @@ def _measurements():
 
 
 class _Blocks:
-    def __init__(self):
-        self.inner, self.outputs = [], []
-        self.kept_at_backward = 0
+    """What the blocks' layers made in the forward pass, by storage, and what of it was alive when backward began."""
+
+    def __init__(self, parameters):
+        self.made = {}            # storage -> (weak reference, made under a selective checkpoint's policy)
+        self.outputs = set()      # the blocks' outputs' storages: a checkpoint keeps its input, the previous output
+        self.parameters = parameters
+        self.entered = []         # per layer running, whether a selective checkpoint's caching mode was on
+        self.kept_at_backward = self.kept_by_policy = 0
         self.ran_without_grad = False
 
-    def alive_inner(self):
-        outputs = [ref() for ref in self.outputs]
-        return sum(1 for ref in self.inner
-                   if ref() is not None and not any(ref() is output for output in outputs))
+    def note(self, tensor):
+        if isinstance(tensor, torch.Tensor) and tensor.untyped_storage().nbytes() > 0:
+            ref = StorageWeakRef(tensor.untyped_storage())
+            earlier = self.made.get(ref.cdata)
+            if ref.cdata not in self.parameters and (earlier is None or earlier[0].expired()):
+                self.made[ref.cdata] = (ref, any(self.entered))
+
+    def count_alive(self):
+        alive = [selective for key, (ref, selective) in self.made.items()
+                 if key not in self.outputs and not ref.expired()]
+        self.kept_at_backward, self.kept_by_policy = alive.count(False), alive.count(True)
+
+
+class _MadeInBlocks(TorchDispatchMode):
+    """Every tensor an op makes while a layer of a block runs its forward pass (not a recomputation)."""
+
+    @classmethod
+    def _should_skip_dynamo(cls):
+        # torch >= 2.13 otherwise imports torch._dynamo (seconds) the first time the mode runs.
+        return False
+
+    def __init__(self, blocks):
+        super().__init__()
+        self.blocks = blocks
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if self.blocks.entered and torch._C._current_autograd_node() is None:
+            for tensor in tree_leaves(out):
+                self.blocks.note(tensor)
+        return out
+
+
+def _under_selective_policy():
+    """Whether a selective checkpoint's caching mode (``context_fn=create_selective_checkpoint_contexts``) is on."""
+    return any(type(mode).__name__ == "_CachingTorchDispatchMode" for mode in _get_current_dispatch_mode_stack())
 
 
 @contextmanager
 def _block_activations(model):
-    """Weak references to what each layer inside a block made in the forward pass; counted when backward begins.
+    """Storages made by the layers inside each block in the forward pass; those alive when backward begins.
 
-    A hook on each such tensor fires when the backward computes its gradient; the first time,
-    only the nodes after it have run: the layers' outputs still alive then (the blocks' own
-    outputs left out, since a checkpoint keeps its input) are what an ordinary forward keeps
-    for backward, but for the one the node just run has released.
-    Outputs made during backward (a checkpoint's recomputation) are not counted.
+    A dispatch mode notes (weakly) the storage of every tensor an op makes while a layer of a
+    block runs forward (forward pre-hook to forward hook, outside the backward), but for the
+    parameters' (a weight's transpose is a view).  A hook on each layer's output fires when the
+    backward computes its gradient; the first time, only the nodes after it have run: the
+    storages still alive then (the blocks' own outputs left out, since a checkpoint keeps its
+    input) are what the forward pass kept for backward, but for those the node just run has
+    released.  Storages, not tensor objects: a selective checkpoint keeps a detached alias of
+    an op's output, and an ordinary node a saved variable, while the layer's output object dies.
+    Those made while a selective checkpoint's caching mode was on are counted apart.  Not seen:
+    a layer called as ``layer.forward`` (no module hook runs).
     """
-    blocks = _Blocks()
+    blocks = _Blocks({StorageWeakRef(p.untyped_storage()).cdata for p in model.parameters()})
     started = []
 
     def on_grad(_):
         if not started:
             started.append(True)
-            blocks.kept_at_backward = blocks.alive_inner()
+            blocks.count_alive()
+
+    def entered(module, inputs):
+        if torch._C._current_autograd_node() is None:
+            blocks.entered.append(_under_selective_policy())
 
     def layer_made(module, inputs, output):
-        if not isinstance(output, torch.Tensor) or torch._C._current_autograd_node() is not None:
+        if torch._C._current_autograd_node() is not None:
+            return
+        if blocks.entered:
+            blocks.entered.pop()
+        if not isinstance(output, torch.Tensor):
             return
         if not torch.is_grad_enabled() and any(p.requires_grad for p in module.parameters()):
             blocks.ran_without_grad = True
-        if output.requires_grad:
-            blocks.inner.append(weakref.ref(output))
+        if id(module) in ends:
+            blocks.outputs.add(StorageWeakRef(output.untyped_storage()).cdata)
+        elif output.requires_grad:
             output.register_hook(on_grad)
 
     def block_made(module, inputs, output):
         if isinstance(output, torch.Tensor) and torch._C._current_autograd_node() is None:
-            blocks.outputs.append(weakref.ref(output))
+            blocks.outputs.add(StorageWeakRef(output.untyped_storage()).cdata)
 
     children = list(model.children())
     handles = [child.register_forward_hook(block_made) for child in children]
     # A Sequential block's last layer makes the block's output (a checkpoint keeps it as the next one's input), even
     # when the block is called as `block.forward`, which skips the block's own hook.
     ends = {id(_last_layer(child)) for child in children}
-    handles += [layer.register_forward_hook(layer_made) for child in children for layer in child.modules()
-                if not list(layer.children()) and id(layer) not in ends]
+    layers = [layer for child in children for layer in child.modules() if not list(layer.children())]
+    handles += [layer.register_forward_pre_hook(entered) for layer in layers]
+    handles += [layer.register_forward_hook(layer_made) for layer in layers]
     try:
-        yield blocks
+        with _MadeInBlocks(blocks):
+            yield blocks
     finally:
         for handle in handles:
             handle.remove()
@@ -274,6 +358,7 @@ def _last_layer(block):
 
 
 _CANARY_ENTRY = SavedTensor(shape=(1,), dtype=torch.float32, device="cpu", nbytes=4)
+_EMPTY_ENTRY = SavedTensor(shape=(0,), dtype=torch.float32, device="cpu", nbytes=0)   # like a checkpoint's placeholder
 
 
 def _storage(tensor):
