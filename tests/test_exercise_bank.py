@@ -550,3 +550,51 @@ _SOFTPLUS_STYLES = {
 def test_round6_correct_styles_pass_public_and_hidden(exercise_id, answer):
     result = _check_everything(next(e for e in EXERCISES if e.id == exercise_id), answer)
     assert result.status == "passed" and result.hidden_total and result.hidden_passed == result.hidden_total, repr(result)
+
+
+# --- round 7 (adv-00-04-r6, X-1): a debugging print of a tensor inside a correct answer -----------------------
+# Printing a tensor takes the dispatch modes off while torch formats the values (under no_grad): that is
+# torch's printing, not a recorder switched off by the answer, nor the answer's own no_grad.
+
+def _printing(reference):
+    def answer(*args):
+        print("inputs:", *args)
+        out = reference(*args)
+        print(f"returned: {out!r}")
+        return out
+    return answer
+
+
+class _PrintingSoftplus(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        print("forward got", x)
+        ctx.save_for_backward(x)
+        return F.softplus(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, = ctx.saved_tensors
+        print("backward got", grad_output)
+        return grad_output * torch.sigmoid(x)
+
+
+_PRINTED = ("00.cube_grad", "01.count_nodes", "02.mlp_backward", "04.squash", "04.sgd_step")
+
+
+@pytest.mark.parametrize("exercise_id", [*_PRINTED, "02.softplus"])
+def test_a_correct_answer_that_prints_its_tensors_passes_public_and_hidden(exercise_id, capsys):
+    exercise = next(e for e in EXERCISES if e.id == exercise_id)
+    answer = _PrintingSoftplus if exercise_id == "02.softplus" else _printing(exercise.reference)
+    result = _check_everything(exercise, answer)
+    assert result.status == "passed" and result.hidden_total and result.hidden_passed == result.hidden_total, repr(result)
+    assert "tensor(" in capsys.readouterr().out
+
+
+def test_modes_taken_off_by_the_answer_itself_are_still_a_recorder_switched_off():
+    def typed_with_the_modes_off(x):
+        from torch.utils._python_dispatch import _disable_current_modes
+        with _disable_current_modes():        # torch's helper, called by the answer and not by printing
+            return 3 * x.detach() ** 2
+    result = _check_everything(next(e for e in EXERCISES if e.id == "00.cube_grad"), typed_with_the_modes_off)
+    assert result.status != "passed" and "switched off" in " ".join(result.messages)

@@ -523,6 +523,45 @@ _LIBRARY_FOLDERS = tuple(sorted({os.path.dirname(os.path.dirname(os.path.abspath
                                  *(folder + os.sep for folder in site.getsitepackages())}))
 
 
+def _is_library(code):
+    return os.path.abspath(code.co_filename).startswith(_LIBRARY_FOLDERS)
+
+
+def _is_namedtuple_new(frame):
+    """A ``collections.namedtuple``'s ``__new__`` (compiled from text, so it has no file: torch's printing
+    makes ``UnpackedDualTensor``s)."""
+    return frame.f_code.co_filename == "<string>" and frame.f_globals.get("__name__", "").startswith("namedtuple_")
+
+
+_TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+_PRINTING = (os.path.join(_TORCH, "utils", "_python_dispatch.py"), "_disable_current_modes")
+_TENSOR_STR = os.path.join(_TORCH, "_tensor_str.py")
+_TENSOR_STR_FILE = torch._tensor_str.__file__     # as code objects spell it (no abspath per profile event)
+
+
+def _inside_printing(frame, depth=4):
+    """Whether ``frame`` is torch's tensor printing (``torch/_tensor_str.py``) or code it called."""
+    while frame is not None and depth:
+        if frame.f_code.co_filename == _TENSOR_STR_FILE:
+            return True
+        frame, depth = frame.f_back, depth - 1
+    return False
+
+
+def _from_tensor_printing(frame, depth=6):
+    """Whether a dispatch-stack pop or push is torch's tensor printing taking the modes off and putting them
+    back (``Tensor.__repr__`` formats the values inside ``_disable_current_modes()``): a student's debugging
+    ``print`` is not a recorder switched off.  Both frames are torch's own files, which an answer cannot edit."""
+    seen_helper = False
+    while frame is not None and depth:
+        where = (os.path.abspath(frame.f_code.co_filename), frame.f_code.co_name)
+        seen_helper = seen_helper or where == _PRINTING
+        if seen_helper and where[0] == _TENSOR_STR:
+            return True
+        frame, depth = frame.f_back, depth - 1
+    return False
+
+
 def _names_a_guard(code):
     """The guard the answer's own ``code`` names, or None (library code is not looked at)."""
     if os.path.abspath(code.co_filename).startswith(_LIBRARY_FOLDERS):
@@ -583,9 +622,11 @@ class Tape:
     def _profile(self, frame, event, arg):
         if event == "c_call":
             if id(arg) in self._builtins:
-                self._safely(self._saw_builtin, id(arg))
+                self._safely(self._saw_builtin, id(arg), frame)
         elif event == "call":
             code = frame.f_code
+            if self._printing and not _is_library(code) and not _is_namedtuple_new(frame):
+                self.switched_off.append("answer code run while torch's tensor printing had the recorders off")
             if id(code) in self._codes or id(code) not in self._plain:
                 self._safely(self._saw_code, frame, code)
         elif event == "return" and self._returns and frame in self._returns:
@@ -615,6 +656,8 @@ class Tape:
                     self._plain[key] = code     # kept alive: its id is not given to another code object
             for spec in specs:
                 self.recompiled[spec] += 1
+        if specs and _inside_printing(frame):
+            return                  # print(tensor) enters no_grad(): torch's printing, not the answer's method
         for spec in specs or ():
             self.ran[spec] += 1
         if code.co_name in ("step", "__init__") and specs:     # an optimizer's own code (``_OptimizerMoves``)
@@ -630,7 +673,9 @@ class Tape:
                 if isinstance(original, cls):
                     self.copied[spec] += 1
 
-    def _saw_builtin(self, key):
+    def _saw_builtin(self, key, frame=None):
+        if key not in _MODE_PUSHES and key not in _MODE_POPS and _inside_printing(frame):
+            return
         for spec in self.watchlist.builtins.get(key, ()):
             self.ran[spec] += 1
         if key in _DUAL_LEVELS:
@@ -640,10 +685,15 @@ class Tape:
         elif key in _SWITCH_OFFS:
             self.switched_off.append(_SWITCH_OFFS[key][0])
         elif key in _MODE_PUSHES:
-            self._own_modes += 1
+            if self._printing and _from_tensor_printing(frame):
+                self._printing -= 1             # torch's printing puts back what it took off
+            else:
+                self._own_modes += 1
         elif key in _MODE_POPS:
             if self._own_modes:
                 self._own_modes -= 1
+            elif _from_tensor_printing(frame):  # print(tensor): the modes are off while it formats the values
+                self._printing += 1
             else:
                 self.switched_off.append(_MODE_POPS[key][0])
         elif key in _GC_CALLS and self._young is not None:
@@ -666,7 +716,7 @@ class Tape:
         self._chained = self._previous_profile if isinstance(self._previous_profile, types.FunctionType) else None
         self._previous_thread_profile = threading.getprofile() if hasattr(threading, "getprofile") else None
         self._codes = set(self.watchlist.code) | (_COPIES if self.watchlist.classes else set())
-        self._own_modes = 0
+        self._own_modes = self._printing = 0
         self._builtins = set(self.watchlist.builtins) | set(_DUAL_LEVELS) | set(_ESCAPES) | set(_SWITCH_OFFS) | \
             set(_MODE_PUSHES) | set(_MODE_POPS) | (
             set(_GC_CALLS) if self._young is not None else set())
@@ -692,7 +742,7 @@ class Tape:
             self._duals.__exit__(None, None, None)
             intact = True
         else:
-            intact = sys.getprofile() == self._profile and not self.switched_off   # before our own setprofile call
+            intact = sys.getprofile() == self._profile and not self.switched_off and not self._printing   # before our own setprofile call
             if self._previous_profile is None or self._chained is not None:
                 sys.setprofile(self._previous_profile)
             else:                                   # a profiler written in C (cProfile) puts itself back
