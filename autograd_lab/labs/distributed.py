@@ -164,7 +164,7 @@ def _worker(rank, world_size, port, collective_timeout, scenario, kwargs, outbox
                                 timeout=timedelta(seconds=collective_timeout))
         outbox.put((rank, "ok", _to_bytes(scenario(rank, world_size, **kwargs))))
     except Exception as error:  # reported to the parent, which decides what to show
-        outbox.put((rank, "error", (type(error).__name__, _first_line(error))))
+        outbox.put((rank, "error", (type(error).__name__, rank_message(error))))
     finally:
         if dist.is_initialized():
             # After a failed collective the group may be unusable; never let the exit wait on it.
@@ -190,7 +190,20 @@ def _from_bytes(payload):
     return torch.load(io.BytesIO(payload), weights_only=True)
 
 
-def _first_line(error):
+# What gloo raises in a rank that waits in a collective when its peer has gone (the peer's process
+# returned, exited or crashed): the TCP connection to that peer ended.  How this rank sees the end
+# depends on timing, not on the release: its read finds the end of the stream ("Connection closed
+# by peer [addr]:port"); or the peer closed its socket with bytes this rank had sent still unread,
+# and its kernel answered with a reset ("Read error [addr]:port: Connection reset by peer", seen on
+# 2.15.0 under load); or a write meets the ended connection ("writev [addr]:port: Broken pipe" or
+# "... Connection reset by peer"); or a later call finds the connection already closed ("Socket
+# closed [addr]:port").  Every one names the peer's address and comes at once, not after the
+# group's timeout ("Timed out waiting ...").  Messages are gloo's third_party/gloo/.../tcp/pair.cc,
+# in 2.5.1, 2.13.0 and 2.15.0 (the later two may add "This is typically caused by ..." to a read error).
+PEER_LEFT = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|Socket closed")
+
+
+def rank_message(error):
     """The message, without gloo's "[path/to/file.cc:123] " prefixes (they change per build); every line kept."""
     text = str(error).strip()
     return "\n".join(_SOURCE_LOCATION.sub("", line) for line in text.splitlines()) if text else type(error).__name__
