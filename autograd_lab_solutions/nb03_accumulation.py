@@ -281,9 +281,14 @@ def _micro_batch_losses_inputs(seed, hidden):
         # Very different lengths per micro-batch: that is what makes mean-of-means wrong.
         width = int(torch.randint(2, 60, (), generator=g))
         lengths = torch.randint(1, width + 1, (rows,), generator=g)
+        lengths[0] = min(int(lengths[0]), width - 1)          # every micro-batch has padding
         masks.append(torch.arange(width) < lengths[:, None])
-        # padding holds junk too
-        token_losses.append((torch.rand(rows, width, generator=g) * 4).requires_grad_())
+        # padding holds junk too, and a padded position's loss need not be finite (a padding target scored with
+        # -inf logits): multiplying by the mask gives inf * 0 = nan there, so the real tokens must be selected
+        # (round 6, 03-r4 item 16: `(unmasked * mask).sum() / total_tokens`, cell-033's demo, was the answer)
+        losses = torch.rand(rows, width, generator=g) * 4
+        losses[0, int(lengths[0])] = float("inf")
+        token_losses.append(losses.requires_grad_())
     return token_losses, masks
 
 
@@ -310,6 +315,18 @@ def _zeroes_callers_padding(token_losses, masks):
         for losses, mask in zip(token_losses, masks):
             losses[~mask] = 0
     return [losses.sum() / total for losses in token_losses]
+
+
+def _mask_multiplied(token_losses, masks):
+    """Round 6 (03-r4 item 16): cell-033's demo copied, the padding multiplied by the mask instead of left out."""
+    total = sum(int(mask.sum()) for mask in masks)
+    return [(losses * mask).sum() / total for losses, mask in zip(token_losses, masks)]
+
+
+def _is_mask_multiplied(student, reference, args):
+    candidate = _mask_multiplied(*args)
+    return (len(student) == len(candidate) and any(bool(torch.isnan(c).any()) for c in candidate)
+            and all(torch.allclose(s, c, equal_nan=True) for s, c in zip(student, candidate)))
 
 
 def _four_micro_batches_only(token_losses, masks):
@@ -381,6 +398,12 @@ register(Exercise(
             "marks as real tokens belong in either.",
             _counts_padding),
         Misconception(
+            "mask_multiplied",
+            "A padded position's loss need not be finite, and multiplying it by a mask of 0 does not remove it: "
+            "`inf * 0` is `nan`, and the `nan` spreads to the sum. Leave the padded positions out of the sum "
+            "rather than scaling them by zero.",
+            _is_mask_multiplied),
+        Misconception(
             "not_differentiable",
             "Your losses are constants to autograd: no gradient reaches the token losses, so calling "
             "`backward()` on them would train nothing. Compute them from the token-loss tensors with "
@@ -392,6 +415,9 @@ register(Exercise(
         WrongAnswer(_mean_per_micro_batch, expect="mean_of_means", note="and no / k either"),
         WrongAnswer(_padding_counted, expect="counts_padding"),
         WrongAnswer(_padding_in_numerator, expect="counts_padding", note="padding summed, real tokens counted"),
+        WrongAnswer(_mask_multiplied, expect="mask_multiplied",
+                    note="round 6 (03-r4 item 16): cell-033's `(unmasked * mask).sum() / total_tokens` copied "
+                         "(was full marks)"),
         WrongAnswer(_detached, expect="not_differentiable", note="constants: no gradient reaches the token losses"),
         WrongAnswer(_four_micro_batches_only, expect="error", note="four micro-batches hard-coded"),
         WrongAnswer(_zeroes_callers_padding, expect="modified_input", note="overwrote the caller's token losses"),

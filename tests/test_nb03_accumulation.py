@@ -133,3 +133,23 @@ def _one_flat_loop(w0, x, y, lr, steps, k):
 def test_train_correct_styles_pass_public_and_hidden(answer):
     result = _graded("03.train", answer)
     assert result.status == "passed" and result.hidden_passed == result.hidden_total == 3, repr(result)
+
+
+def test_micro_batch_losses_padding_may_be_infinite_and_selecting_the_real_tokens_passes():
+    # round 6 (03-r4 item 16): cell-033's `(unmasked * mask).sum() / total_tokens` was the answer; every case now
+    # has an infinite padded loss, which a mask multiplied in turns into nan (bank: _mask_multiplied)
+    exercise = EXERCISES["03.micro_batch_losses"]
+    for seed in exercise.public_seeds + exercise.hidden_seeds:
+        token_losses, masks = exercise.inputs(seed, seed in exercise.hidden_seeds)
+        assert any(bool(torch.isinf(losses[~mask]).any()) for losses, mask in zip(token_losses, masks))
+
+    def total(masks):
+        return sum(int(mask.sum()) for mask in masks)
+    styles = {
+        "where": lambda ls, ms: [torch.where(m, l, torch.zeros_like(l)).sum() / total(ms) for l, m in zip(ls, ms)],
+        "masked_select": lambda ls, ms: [l.masked_select(m).sum() / total(ms) for l, m in zip(ls, ms)],
+        "masked_fill": lambda ls, ms: [l.masked_fill(~m, 0).sum() / sum(m.sum() for m in ms) for l, m in zip(ls, ms)],
+    }
+    for name, answer in styles.items():
+        result = _graded("03.micro_batch_losses", answer)
+        assert result.status == "passed" and result.hidden_passed == result.hidden_total > 0, (name, result.messages)
