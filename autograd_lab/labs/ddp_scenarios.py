@@ -308,14 +308,37 @@ def bucket_events(rank, world_size, firsts=("left", "left", "right"), right_firs
         return dist.all_reduce(tensor, async_op=True).get_future().then(lambda fut: fut.value()[0])
     ddp.register_comm_hook(None, hook)
     x = make_data(4, seed=rank + 1)[0].repeat(1, 16)
-    per_iteration, rebuilt = [], []   # rebuilt: has DDP rebuilt its buckets by the end of each iteration?
+    per_iteration, rebuilt = [], []   # rebuilt: had DDP rebuilt its buckets by this iteration's forward?
     with stderr_captured():   # find_unused_parameters=True logs that it found nothing unused
         for first in firsts:
             events.clear()
             ddp(x, first=first).pow(2).mean().backward()
             per_iteration.append(list(events))
-            rebuilt.append(bool(ddp._get_ddp_logging_data().get("has_rebuilt_buckets", 0)))
+            # Set by the forward that rebuilds (DDP's logging data only reports it one forward later).
+            rebuilt.append(ddp._has_rebuilt_buckets)
     return {"events": per_iteration, "rebuilt": rebuilt}
+
+
+def bucket_layout(rank, world_size, layers=3):
+    """Which parameters each bucket holds, when buckets are never rebuilt (``find_unused_parameters=True``).
+
+    ``layers`` bias-free ``Linear(10, 10)`` in a row, 400 bytes of weight each, buckets capped at
+    500 bytes: room for one weight, and a second only if DDP lets a bucket run over its cap.
+    """
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(10, 10, bias=False) for _ in range(layers)])
+    ddp = DDP(model, bucket_cap_mb=500 / 2**20, find_unused_parameters=True)
+    names = {id(p): name for name, p in ddp.module.named_parameters()}
+    layout = []
+
+    def hook(state, bucket):
+        layout.append((bucket.index(), [names[id(p)] for p in bucket.parameters()]))
+        tensor = bucket.buffer().div_(dist.get_world_size())
+        return dist.all_reduce(tensor, async_op=True).get_future().then(lambda fut: fut.value()[0])
+    ddp.register_comm_hook(None, hook)
+    with stderr_captured():   # find_unused_parameters=True logs that it found nothing unused
+        ddp(torch.ones(2, 10)).sum().backward()
+    return {"layout": sorted(layout), "order": [name for name, _ in ddp.module.named_parameters()]}
 
 
 def spawned_rank(rank, world_size, port, folder):
