@@ -364,16 +364,33 @@ WITHOUT_AUTOGRAD = no_autograd()   # no backward pass, no forward mode, no torch
 # weights: every chain-rule style measured stays under 8 F, every numerical derivative (complex step, central
 # differences with tanh and the products renamed, batched or chunked perturbations) above 60 F, the leanest
 # imaginable forward difference near 25 F. Also no complex tensor (a complex step) and no batch of perturbed
-# copies (a tensor more than 8 times the largest argument). One line of subscripts: a release carries it as text.
+# copies (a tensor more than 8 times the largest argument and more than N per-example Jacobians of the widest
+# layer, N * max(D, H, C)^2: the chain rule with explicit diagonal Jacobians, diag_embed(1 - H^2), builds N * H^2,
+# adversarial round 7, 02-3). One line of subscripts, no global names: a release carries it as text.
+
+
+def _chain_rule_why(facts):
+    """Which of CHAIN_RULE's three measures failed, in words (``None``: the general message)."""
+    N, (D, H), C = facts["input_shapes"][0][0], facts["input_shapes"][1], facts["input_shapes"][3][1]
+    if facts["complex_outputs"]:
+        return "your answer computed with complex tensors: a complex-step derivative is numerical."
+    if facts["largest_numel"] > max(8 * facts["largest_input_numel"], N * max(D, H, C) ** 2):
+        return (f"your answer made a tensor of {facts['largest_numel']} elements, more than {N} per-example "
+                f"Jacobians of the widest layer ({N} x {max(D, H, C)} x {max(D, H, C)}): a batch of perturbed "
+                "copies of the parameters is a numerical derivative. The backward pass needs tensors the size "
+                "of the forward pass's.")
+    return None
+
+
 CHAIN_RULE = Method(
     name="the chain rule (no numerical derivative)",
-    holds=lambda facts: facts["complex_outputs"] == 0 and facts["largest_numel"] <= 8 * facts["largest_input_numel"] and facts["work"] <= 16 * ((facts["input_shapes"][0][0] + 1) * (facts["input_shapes"][1][0] * facts["input_shapes"][1][1] + facts["input_shapes"][3][0] * facts["input_shapes"][3][1]) + facts["input_shapes"][0][0] * (facts["input_shapes"][1][0] + facts["input_shapes"][1][1] + facts["input_shapes"][3][1])),
-    explain=lambda facts: ("your answer computed with complex tensors: a complex-step derivative is numerical."
-                           if facts["complex_outputs"] else None),
+    holds=lambda facts: facts["complex_outputs"] == 0 and (facts["largest_numel"] <= 8 * facts["largest_input_numel"] or facts["largest_numel"] <= facts["input_shapes"][0][0] * facts["input_shapes"][1][0] ** 2 or facts["largest_numel"] <= facts["input_shapes"][0][0] * facts["input_shapes"][1][1] ** 2 or facts["largest_numel"] <= facts["input_shapes"][0][0] * facts["input_shapes"][3][1] ** 2) and facts["work"] <= 16 * ((facts["input_shapes"][0][0] + 1) * (facts["input_shapes"][1][0] * facts["input_shapes"][1][1] + facts["input_shapes"][3][0] * facts["input_shapes"][3][1]) + facts["input_shapes"][0][0] * (facts["input_shapes"][1][0] + facts["input_shapes"][1][1] + facts["input_shapes"][3][1])),
+    explain=_chain_rule_why,
     message=("your answer did the work of many forward passes (a backward pass by the chain rule costs a few, even "
-             "one example or one hidden unit at a time), worked on a batch of perturbed copies of its parameters, "
-             "or computed with complex numbers: that is a numerical derivative, not the backward pass. Recompute "
-             "the forward pass once and apply the chain rule, one layer at a time, from the output down."),
+             "one example or one hidden unit at a time), made a tensor larger than one Jacobian per example (a "
+             "batch of perturbed copies of its parameters), or computed with complex numbers: that is a numerical "
+             "derivative, not the backward pass. Recompute the forward pass once and apply the chain rule, one "
+             "layer at a time, from the output down."),
     tag="finite_differences")
 # PyTorch's derivative kernels (aten ops named *_backward: tanh_backward, sigmoid_backward, convolution_backward...)
 # are the local derivatives autograd itself would run; called directly they do the exercise's one non-trivial step

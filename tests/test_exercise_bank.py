@@ -598,3 +598,24 @@ def test_modes_taken_off_by_the_answer_itself_are_still_a_recorder_switched_off(
             return 3 * x.detach() ** 2
     result = _check_everything(next(e for e in EXERCISES if e.id == "00.cube_grad"), typed_with_the_modes_off)
     assert result.status != "passed" and "switched off" in " ".join(result.messages)
+
+
+# --- round 7 (adv-00-04-r6, 02-3): the chain rule with explicit per-example Jacobians of tanh ------------------
+# diag_embed(1 - H^2) is N * H^2 elements: one Jacobian per example, not a batch of perturbed copies.
+
+def _mlp_diag_jacobians(combine):
+    def answer(X, W1, b1, W2, b2, G_Z):
+        H = torch.tanh(X @ W1 + b1)
+        G_A = combine(G_Z @ W2.T, H, W2, G_Z)
+        return {"W1": X.T @ G_A, "b1": G_A.sum(0), "W2": H.T @ G_Z, "b2": G_Z.sum(0)}
+    return answer
+
+
+@pytest.mark.parametrize("combine", [
+    lambda G_H, H, W2, G_Z: torch.einsum("bo,ho,bhk->bk", G_Z, W2, torch.diag_embed(1 - H ** 2)),
+    lambda G_H, H, W2, G_Z: torch.bmm(G_H.unsqueeze(1), torch.diag_embed(1 - H ** 2)).squeeze(1),
+    lambda G_H, H, W2, G_Z: (G_H.unsqueeze(1) @ torch.stack([torch.diag(1 - h ** 2) for h in H])).squeeze(1),
+], ids=["einsum-diag_embed", "bmm-diag_embed", "matmul-stacked-diag"])
+def test_round7_chain_rule_with_diagonal_jacobians_passes_public_and_hidden(combine):
+    result = _check_everything(next(e for e in EXERCISES if e.id == "02.mlp_backward"), _mlp_diag_jacobians(combine))
+    assert result.status == "passed" and result.hidden_total and result.hidden_passed == result.hidden_total, repr(result)
