@@ -508,19 +508,20 @@ def test_warnings_and_stderr_go_into_the_result(capfd):
 # --- timeouts --------------------------------------------------------------------
 
 def test_an_endless_loop_times_out_and_the_session_continues():
+    calls = []
+
     def endless(x):
+        calls.append(x)
         while True:
             try:
                 x = x + 1
             except Exception:   # noqa: BLE001 - a student's broad except must not swallow the timeout
                 pass
 
-    started = time.perf_counter()
     result = check("00.cube_grad", endless, timeout=0.3)
-    elapsed = time.perf_counter() - started
     assert result.status == "timed out" and result.misconception == "timeout"
     assert "time limit" in result.messages[0]
-    assert elapsed < 5  # one case timed out; the other two were not run
+    assert len(calls) == 1  # one case timed out; the other two were not run (counted, not timed: CI is loaded)
     assert check("00.cube_grad", cube_grad).status == "passed"
 
 
