@@ -29,15 +29,19 @@ def pick_scale(grads):
 # that looking at one entry, forgetting abs(), or using 65504 or 65536 as the limit gets some case
 # wrong.  Public and hidden cases draw from the same three kinds, so check() catches what grading does.
 # The kinds also sit in three ranges of the largest |gradient| (the prompt says it can sit anywhere):
-# above 1 (answers below 2^16), below 1 (answers 2^17 to 2^20: starting at GradScaler's 65536 and only
-# halving stays too small, adversarial round 5, p05j) and below 2^-9 (answers above 2^24: a search
-# bounded by 2^24 stays too small, p05i).
+# between 2^8 and 2^11 (answers 2^5 to 2^8); at least 65520, where float16 holds it as inf and the
+# answer is below 1 (adversarial round 7: a search that only grows from 1, or a maximum taken in
+# float16, got full marks); and below 2^-25, where float16 flushes it to zero and the answer is above
+# 2^40 (round 7: a search down from 2^40, or a float16 maximum, got full marks; starting at
+# GradScaler's 65536 and only halving, p05j, or a search bounded by 2^24, p05i, stay too small there).
+# The third kind's largest is exactly 65520 / 2^k, float16's tie: floor(log2(65520 / max)) without the
+# tie overflows (round 7, ps_ceilslip).
 _EDGES = {
     0: ("exactly 65504 after scaling", lambda u: 65504.0, -1.0),          # a ceil-based rule halves it
     1: ("rounds down to 65504", lambda u: 65505.0 + 14.0 * u, 1.0),       # a 65504 limit halves it
-    2: ("rounds up to inf", lambda u: 65520.0 + 15.0 * u, -1.0),          # a 65536 limit overflows
+    2: ("a tie at 65520, which rounds up to inf", lambda u: 65520.0, -1.0),  # 65536, or no tie, overflows
 }
-_EXPONENTS = {0: (5, 9), 1: (17, 21), 2: (26, 31)}  # randint bounds: answers 2^5..2^8, 2^17..2^20, 2^25..2^29
+_EXPONENTS = {0: (5, 9), 1: (-4, 0), 2: (42, 47)}  # randint bounds: answers 2^5..2^8, 2^-4..2^-1, 2^41..2^45
 
 
 def _gradient_sample(seed, hidden):
@@ -107,6 +111,36 @@ def _bounded_search(grads):
     return 2.0 ** -24
 
 
+def _floor_without_tie(grads):
+    """Adversary round 7 (ps_ceilslip): floor(log2(65520 / max)) without the tie at exactly 65520."""
+    return 2.0 ** math.floor(math.log2(65520.0 / grads.abs().max().item()))
+
+
+def _grown_from_one(grads):
+    """Adversary round 7 (ps_onlyup): a search that starts at 1 and only doubles, so never below 1."""
+    scale = 1.0
+    while torch.isfinite((grads * (2 * scale)).to(torch.float16)).all():
+        scale *= 2
+    return scale
+
+
+def _maximum_in_float16(grads):
+    """Adversary round 7 (ps_round_m_half): the largest |gradient| read after a cast to float16 (inf or 0)."""
+    biggest = grads.to(torch.float16).abs().max().item()
+    exponent = math.floor(math.log2(65520.0 / biggest))
+    if biggest * 2.0 ** exponent >= 65520.0:
+        exponent -= 1
+    return 2.0 ** exponent
+
+
+def _halved_from_two_to_forty(grads):
+    """Adversary round 7 (ps_from1_down): 2^40 halved while the cast overflows, so never above 2^40."""
+    scale = 2.0 ** 40
+    while not torch.isfinite((grads * scale).to(torch.float16)).all():
+        scale /= 2
+    return scale
+
+
 def _scale_in_place(grads):
     grads.abs_()                                     # works on the caller's tensor
     return pick_scale(grads)
@@ -165,6 +199,14 @@ register(Exercise(
         WrongAnswer(_bounded_search, expect="too_small",
                     note="adversary round 5 (p05i): 2^24 at most; public cases hold a largest |gradient| below 2^-9"),
         WrongAnswer(_scale_in_place, expect="modified_input", note="changes the caller's gradients"),
+        WrongAnswer(_floor_without_tie, expect="overflow",
+                    note="adversary round 7 (ps_ceilslip): the third kind's largest is exactly 65520 / 2^k"),
+        WrongAnswer(_grown_from_one, expect="overflow",
+                    note="adversary round 7 (ps_onlyup): the second kind's largest is at least 65520"),
+        WrongAnswer(_maximum_in_float16, expect="error",
+                    note="adversary round 7 (ps_round_m_half): the maximum is inf (>= 65520) or 0 (< 2^-25) in float16"),
+        WrongAnswer(_halved_from_two_to_forty, expect="too_small",
+                    note="adversary round 7 (ps_from1_down): the third kind's answers are 2^41 to 2^45"),
     ),
 ))
 
