@@ -85,15 +85,30 @@ def saved_for_segments(sizes):
     return kept, most
 
 
-# Schedules where the last, the first and a middle segment hold the most (seed % 3 picks which),
-# chosen so that no wrong answer of the bank prints, on any public case, what another prints or what
-# the reference returns on any case: the student build names a mistake by those prints.
-_PUBLIC_SCHEDULES = ([3, 10, 3, 10], [10, 8, 6], [7, 5, 12, 4, 2])
-_HIDDEN_SCHEDULES = ([3, 1, 6, 11, 6, 11], [11, 3, 7, 5, 4], [10, 11, 1, 5])
+# Schedules where the last, the first and a middle segment hold the most, and one of a single segment
+# (adversarial round 7, sf_emptymax: `max()` over the checkpointed segments, empty there, got full
+# marks); the seed picks which.  Chosen so that no wrong answer of the bank prints, on any public case,
+# what another prints or what the reference returns on any case: the student build names a mistake by
+# those prints.
+_PUBLIC_SCHEDULES = ([8, 9, 11], [12, 8, 5], [10, 3, 10, 6], [5])
+_HIDDEN_SCHEDULES = ([3, 1, 6, 11, 6, 11], [11, 3, 7, 5, 4], [10, 11, 1, 5], [9])
 
 
 def _segment_sizes(seed, hidden):
-    return (list((_HIDDEN_SCHEDULES if hidden else _PUBLIC_SCHEDULES)[seed % 3]),)
+    schedules = _HIDDEN_SCHEDULES if hidden else _PUBLIC_SCHEDULES
+    return (list(schedules[seed % len(schedules)]),)
+
+
+def _recomputing(sizes):
+    """What recomputing each checkpointed segment holds at once: its activations and the k + 1 inputs kept."""
+    return [k + 1 + size for k, size in enumerate(sizes[:-1])]
+
+
+def _segments_explaining(student, reference, sizes):
+    """The checkpointed segments whose recomputation alone (with the forward count) explains the answer's most."""
+    if student[0] != reference[0] or student[1] == reference[1]:
+        return []
+    return [k for k, held in enumerate(_recomputing(sizes)) if max(reference[0], held) == student[1]]
 
 
 def _kept_only(sizes):
@@ -106,12 +121,38 @@ def _first_segment_only(sizes):
     return kept, max(kept, 1 + sizes[0])
 
 
+def _last_checkpointed_only(sizes):
+    """Adversary round 7 (sf_lastonly): the forward count against the last checkpointed segment only."""
+    kept = (len(sizes) - 1) + sizes[-1] + 1
+    return kept, max(kept, len(sizes) - 1 + sizes[-2]) if len(sizes) > 1 else kept
+
+
+def _recomputed_without_own_input(sizes):
+    """Adversary round 7 (sf_mostforgot): a recomputed segment's own input not counted."""
+    kept = (len(sizes) - 1) + sizes[-1] + 1
+    return kept, max([kept] + [k + size for k, size in enumerate(sizes[:-1])])
+
+
+def _nothing_freed(sizes):
+    """Adversary round 7 (sf_wrong2): everything the forward pass kept, plus the largest recomputed segment."""
+    kept = (len(sizes) - 1) + sizes[-1] + 1
+    return kept, kept + max(sizes[:-1], default=0)
+
+
+def _sizes_max_of_empty(sizes):
+    """Adversary round 7 (sf_emptymax): right for two segments or more, ValueError for one."""
+    kept = (len(sizes) - 1) + sizes[-1] + 1
+    return kept, max(kept, max(k + 1 + sizes[k] for k in range(len(sizes) - 1)))
+
+
 register(Exercise(
     id="06.saved_for_segments",
     title="Predict what a schedule keeps, and the most it holds",
     answer_name="saved_for_segments",
     reference=saved_for_segments,
     inputs=_segment_sizes,
+    public_seeds=(0, 1, 2, 3),
+    hidden_seeds=(101, 102, 103, 104),
     points=2,
     hints=(
         "A checkpointed segment keeps one tensor: its input. Which segments are checkpointed?",
@@ -131,10 +172,25 @@ register(Exercise(
         Misconception("most_is_kept", "Backward can hold more than the forward pass kept: a recomputed segment "
                       "brings its activations back while earlier segments' inputs are still kept.",
                       lambda s, r, args: s[0] == r[0] and s[1] == r[0] != r[1]),
+        # Judged from the cause, not the value alone (adversarial round 7, sf_lastonly was told about the
+        # first segment): named only where the first segment's recomputation, and no other's, gives the answer.
         Misconception("only_first_segment", "The first segment is not always the one that holds the most when "
                       "recomputed: segment k holds its own activations plus the k + 1 inputs still kept, so "
                       "compare every segment.",
-                      lambda s, r, args: s[0] == r[0] and s[1] == max(r[0], 1 + args[0][0]) != r[1]),
+                      lambda s, r, args: _segments_explaining(s, r, args[0]) == [0]),
+        Misconception("one_segment_only", "Your most is what recomputing one checkpointed segment holds, and "
+                      "another one holds more: during backward every checkpointed segment is recomputed in "
+                      "turn, so compare all of them.",
+                      lambda s, r, args: _segments_explaining(s, r, args[0]) not in ([], [0])),
+        Misconception("recomputed_without_own_input", "While a checkpointed segment is recomputed, its own input "
+                      "is still kept too: count it with the inputs of the segments before it.",
+                      lambda s, r, args: s[0] == r[0] and s[1] != r[1] and s[1] == max(
+                          [r[0]] + [held - 1 for held in _recomputing(args[0])])),
+        Misconception("nothing_freed", "Backward goes through the last segment first and frees its activations "
+                      "before any checkpointed segment is recomputed: what the forward pass kept is not all "
+                      "alive during a recomputation.",
+                      lambda s, r, args: s[0] == r[0] and s[1] != r[1] and len(args[0]) > 1 and
+                      s[1] == r[0] + max(args[0][:-1])),
     ),
     wrong_answers=(
         WrongAnswer(lambda sizes: (len(sizes), len(sizes)), expect="all_segments_checkpointed"),
@@ -143,6 +199,12 @@ register(Exercise(
         WrongAnswer(_kept_only, expect="most_is_kept", note="the forward pass's count as the most"),
         WrongAnswer(_first_segment_only, expect="only_first_segment",
                     note="max(kept, recomputing the first segment): right only when the first segment is the longest"),
+        WrongAnswer(_last_checkpointed_only, expect="one_segment_only", note="adversary round 7 (sf_lastonly)"),
+        WrongAnswer(_recomputed_without_own_input, expect="recomputed_without_own_input",
+                    note="adversary round 7 (sf_mostforgot)"),
+        WrongAnswer(_nothing_freed, expect="nothing_freed", note="adversary round 7 (sf_wrong2)"),
+        WrongAnswer(_sizes_max_of_empty, expect="error",
+                    note="adversary round 7 (sf_emptymax): one public and one hidden case hold a single segment"),
     ),
 ))
 
