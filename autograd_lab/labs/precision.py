@@ -82,8 +82,9 @@ def autocast_registered(op, device_type):
 
     Read from the dispatcher's registrations (``AutocastCPU``, ``AutocastCUDA``), which a CPU-only
     torch holds for every device, so CUDA's lists can be inspected without a GPU.  A registered op
-    is on one of that device's lists (low precision, float32 or promote); the registration does not
-    say which, running the op under autocast does.  An op with no rule gets no casting at all.
+    is on one of that device's lists (low precision, float32 or promote) or, on CUDA, banned
+    (``binary_cross_entropy`` raises rather than casting); the registration does not say which,
+    running the op under autocast does.  An op with no rule gets no casting at all.
     """
     return torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{op}", f"Autocast{device_type.upper()}")
 
