@@ -203,7 +203,7 @@ class expected_warning:
 
     def __init__(self, name):
         self.behaviour = behaviour(name)
-        self.message, self.others = None, []
+        self.message, self.others, self.category = None, [], None
 
     def __enter__(self):
         self._catcher = warnings.catch_warnings(record=True)
@@ -216,7 +216,8 @@ class expected_warning:
         if exc is not None:
             return False
         starts = [value for value in self.behaviour.values if value]
-        ours = [str(w.message) for w in self._caught if any(str(w.message).startswith(s) for s in starts)]
+        matched = [w for w in self._caught if any(str(w.message).startswith(s) for s in starts)]
+        ours = [str(w.message) for w in matched]
         self.others = [str(w.message) for w in self._caught if str(w.message) not in ours]
         wanted = self.behaviour.value
         if wanted is None and ours:
@@ -227,7 +228,8 @@ class expected_warning:
                                  f"({self.behaviour.name}), but it did not. Update versions.py.")
         if ours:
             self.message = ours[0].split(". See ")[0]
-            print(f"UserWarning (expected on torch {installed()}): {self.message}")
+            self.category = matched[0].category      # a deprecation is a FutureWarning on newer releases
+            print(f"{self.category.__name__} (expected on torch {installed()}): {self.message}")
         return False
 
 
