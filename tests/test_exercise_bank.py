@@ -619,3 +619,103 @@ def _mlp_diag_jacobians(combine):
 def test_round7_chain_rule_with_diagonal_jacobians_passes_public_and_hidden(combine):
     result = _check_everything(next(e for e in EXERCISES if e.id == "02.mlp_backward"), _mlp_diag_jacobians(combine))
     assert result.status == "passed" and result.hidden_total and result.hidden_passed == result.hidden_total, repr(result)
+
+
+# --- round 7 (adv-00-04-r6, 02-2 and its kin 01-3, 02-5, 04-1): work done in a thread the notebook started ------
+# The worker is started before the check (as a notebook cell would) and stopped after it, so no later test sees it.
+
+class _Worker:
+    """A thread that runs what the answer hands it through a queue (the adversary's worker)."""
+
+    def __enter__(self):
+        import queue
+        import threading
+        self.requests, self.answers = queue.Queue(), queue.Queue()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+        return self
+
+    def _serve(self):
+        for fn, args in iter(self.requests.get, None):
+            self.answers.put(fn(*args))
+
+    def __call__(self, fn, *args):
+        self.requests.put((fn, args))
+        return self.answers.get()
+
+    def __exit__(self, *exc_info):
+        self.requests.put(None)
+        self.thread.join()
+
+
+def _in_worker(exercise_id, worker):
+    engine = torch.autograd.Variable._execution_engine      # the real engine, bound before the check
+
+    def mlp_backward(X, W1, b1, W2, b2, G_Z):
+        def run():
+            ps = tuple(t.detach().clone().requires_grad_() for t in (W1, b1, W2, b2))
+            Z = torch.tanh(X.detach() @ ps[0] + ps[1]) @ ps[2] + ps[3]
+            gs = engine.run_backward((Z,), (G_Z.detach(),), False, False, ps, False, False)
+            return dict(zip(["W1", "b1", "W2", "b2"], [g.detach().clone() for g in gs]))
+        return worker(run)
+
+    class Softplus(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return F.softplus(x)
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return worker(torch.ops.aten.softplus_backward, g, x, 1.0, 20.0)
+
+    def sgd_step(params, lr, weight_decay):
+        stepped = [p for p in params if p.grad is not None]
+        worker(lambda: torch.optim.SGD(stepped, lr=lr, weight_decay=weight_decay).step())
+        for p in params:
+            p.grad = None
+    def tiny_tanh(a):
+        from autograd_lab.labs.tiny_engine import Value
+
+        def slope(u):
+            t = torch.tensor(u, dtype=torch.float64, requires_grad=True)
+            (g,) = engine.run_backward((torch.tanh(t),), (torch.ones((), dtype=torch.float64),), False, False,
+                                       (t,), False, False)
+            return g.item()
+        out = Value(math.tanh(a.data), (a,), "tanh")
+
+        def _backward():
+            a.grad += worker(slope, a.data) * out.grad
+        out._backward = _backward
+        return out
+    return {"02.mlp_backward": mlp_backward, "02.softplus": Softplus, "04.sgd_step": sgd_step,
+            "01.tiny_tanh": tiny_tanh}[exercise_id]
+
+
+@pytest.mark.parametrize("exercise_id", ["01.tiny_tanh", "02.mlp_backward", "02.softplus", "04.sgd_step"])
+def test_round7_work_done_in_a_thread_started_before_the_check_is_refused(exercise_id):
+    exercise = next(e for e in EXERCISES if e.id == exercise_id)
+    with _Worker() as worker:
+        result = _check_everything(exercise, _in_worker(exercise_id, worker))
+    assert result.status != "passed" and result.hidden_passed == 0, repr(result)
+    assert "another thread" in " ".join(result.messages)
+
+
+def test_round7_a_pool_worker_is_refused_and_a_library_thread_is_not():
+    import concurrent.futures
+    import threading
+    exercise = next(e for e in EXERCISES if e.id == "02.mlp_backward")
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(int).result()                            # the worker is up, idle, before the check
+        result = _check_everything(exercise, lambda *args: pool.submit(exercise.reference, *args).result())
+    assert result.status != "passed" and "pool worker" in " ".join(result.messages), repr(result)
+    idle = threading.Event()
+    thread = threading.Thread(target=idle.wait, daemon=True)   # only library code, as the kernel's own threads
+    thread.start()
+    try:
+        result = _check_everything(exercise, _printing(exercise.reference))
+    finally:
+        idle.set()
+        thread.join()
+    assert result.status == "passed" and result.hidden_passed == result.hidden_total, repr(result)

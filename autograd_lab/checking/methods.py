@@ -80,6 +80,10 @@ def unobserved(facts):
     if facts.get("escapes"):
         return (f"your answer started another thread or process ({', '.join(facts['escapes'])}), where the "
                 "checker cannot see what runs: compute the result in the function itself.")
+    if facts.get("other_threads"):
+        return (f"another thread was at work while your answer ran ({'; '.join(facts['other_threads'])}): the "
+                "checker cannot see what it computes. A thread your notebook started is still running: stop and "
+                "join it before check(), and compute the result in the function itself.")
     return None
 
 

@@ -142,7 +142,7 @@ def _grad_phase(record, exercise, answer, output, args, seed):
     record["facts"]["grad_phase"] = {key: value for key, value in tape.facts().items()
                                      if key in ("engine_runs", "nested_engine_runs", "backward_ops",
                                                 "own_backward_ops", "own_library_derivatives", "library_derivatives",
-                                                "escapes", "tape_intact", "ran", "forward_ad", "complex_outputs",
+                                                "escapes", "other_threads", "tape_intact", "ran", "forward_ad", "complex_outputs",
                                                 "small_steps")}
     record["facts"]["grad_phase"]["stepped_points"] = (
         stepped(points, flat_tensors(args) + flat_tensors(output)) if points is not None else 0)

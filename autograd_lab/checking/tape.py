@@ -562,6 +562,60 @@ def _from_tensor_printing(frame, depth=6):
     return False
 
 
+# Another thread can do the answer's work out of sight: the dispatch mode, the profile hook and the engine's
+# stand-in belong to the answer's thread (or were bypassed by a reference taken before), so a worker the notebook
+# started before check() can run autograd for an answer that only talks to a queue (adversarial round 7, 02-2).
+# Deterministic, never timed: at the call's start and end, another thread whose stack holds code that is no
+# library's (the notebook's), an idle pool worker or a timer (they run what they are given), and, during the
+# call, the answer itself waiting for another thread (Condition.wait under queue.get, Event.wait, Future.result;
+# Thread.join) are facts.  The kernel's threads (IOPub, heartbeat, control, history, tqdm's monitor) run only
+# library code; ipykernel's own Event.wait when a print is flushed is library code waiting, not the answer.
+_STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
+_POOL_WORKERS = {(os.path.join(_STDLIB, "concurrent", "futures", "thread.py"), "_worker"),
+                 (os.path.join(_STDLIB, "multiprocessing", "pool.py"), "worker")}
+_WAITS = {id(threading.Condition.wait.__code__): "waited for another thread (queue.get, Event.wait, Future.result)",
+          id(threading.Thread.join.__code__): "waited for another thread (Thread.join)"}
+_WAIT_HELPERS = tuple(os.path.join(_STDLIB, name) for name in (
+    "threading.py", "queue.py", os.path.join("concurrent", "futures", ""), os.path.join("multiprocessing", "")))
+
+
+def _is_libraries(frame):
+    code = frame.f_code
+    return code.co_filename.startswith("<frozen") or _is_library(code) or _is_namedtuple_new(frame)
+
+
+def _threads_at_work():
+    """Other live threads that may run the notebook's code while the answer runs (``_WAITS``' comment)."""
+    found, me = [], threading.get_ident()
+    threads = {thread.ident: thread for thread in threading.enumerate()}
+    for ident, frame in sys._current_frames().items():
+        if ident == me:
+            continue
+        thread = threads.get(ident)
+        label = f"thread {thread.name!r}" if thread is not None else f"thread {ident}"
+        if isinstance(thread, threading.Timer):
+            found.append(f"{label} (a timer)")
+            continue
+        while frame is not None:
+            where = (os.path.abspath(frame.f_code.co_filename), frame.f_code.co_name)
+            if where in _POOL_WORKERS:
+                found.append(f"{label} (a pool worker)")
+                break
+            if not _is_libraries(frame):
+                found.append(f"{label} (running {frame.f_code.co_name})")
+                break
+            frame = frame.f_back
+    return found
+
+
+def _waiter(frame):
+    """Whether the frame that called a wait (``_WAITS``), past the thread and queue helpers, is the answer's."""
+    frame = frame.f_back
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_WAIT_HELPERS):
+        frame = frame.f_back
+    return frame is not None and not _is_libraries(frame)
+
+
 def _names_a_guard(code):
     """The guard the answer's own ``code`` names, or None (library code is not looked at)."""
     if os.path.abspath(code.co_filename).startswith(_LIBRARY_FOLDERS):
@@ -590,7 +644,7 @@ class Tape:
         self.own_backward_ops = self.own_library_derivatives = self.library_derivatives = self.largest = 0
         self.dual_levels = self.complex_outputs = self.work = self.small_steps = 0
         self.run_largest, self.run_sizes = 0, []    # per backward pass: the most elements of a tensor it produced
-        self.escapes, self.switched_off = [], []
+        self.escapes, self.switched_off, self.threads = [], [], []
         self.tainted, self._names = {}, {}
         self.intact, self.new_instances, self._young, self._chained = True, collections.Counter(), None, None
         self.moves, self._returns = _OptimizerMoves(), {}     # who moved an optimizer's parameters; frames to see return
@@ -642,6 +696,10 @@ class Tape:
 
     def _saw_code(self, frame, code):
         key = id(code)
+        if key in _WAITS:
+            if _waiter(frame):
+                self.threads.append(f"your answer {_WAITS[key]}")
+            return
         specs = self.watchlist.code.get(key)
         if specs is None:
             specs = self._copies.get(key, (None, None))[1]
@@ -715,11 +773,12 @@ class Tape:
         # A profiler in C (cProfile) is not callable from Python: it is restored afterwards, not chained.
         self._chained = self._previous_profile if isinstance(self._previous_profile, types.FunctionType) else None
         self._previous_thread_profile = threading.getprofile() if hasattr(threading, "getprofile") else None
-        self._codes = set(self.watchlist.code) | (_COPIES if self.watchlist.classes else set())
+        self._codes = set(self.watchlist.code) | set(_WAITS) | (_COPIES if self.watchlist.classes else set())
         self._own_modes = self._printing = 0
         self._builtins = set(self.watchlist.builtins) | set(_DUAL_LEVELS) | set(_ESCAPES) | set(_SWITCH_OFFS) | \
             set(_MODE_PUSHES) | set(_MODE_POPS) | (
             set(_GC_CALLS) if self._young is not None else set())
+        self.threads = _threads_at_work()
         self._mode = _Ops(self)
         self._mode.__enter__()
         self._duals = None
@@ -759,6 +818,7 @@ class Tape:
         Variable._execution_engine = self._engine
         self.intact = intact
         self.new_instances = self._new_instances()
+        self.threads.extend(_threads_at_work())
         return False
 
     def _new_instances(self):
@@ -809,6 +869,7 @@ class Tape:
             "recompiled": dict(self.recompiled),
             "instances": dict(self.new_instances),
             "escapes": sorted(set(self.escapes)),
+            "other_threads": sorted(set(self.threads))[:8],
             "tape_intact": self.intact,
             **(self.provenance.facts() if self.provenance is not None else {}),
         }
