@@ -96,6 +96,7 @@ register(Exercise(
     reference=diagnosis,
     experiment=_diagnose_experiment,
     solution_code=f"diagnosis = {DIAGNOSIS!r}",
+    choices=CAUSES,         # the prompt's table of six causes: a label outside it is told in check() (round 7, dg_case)
     hints=(
         "Run each loop, then apply this lab's checks to it: requires_grad of every parameter, which .grad are "
         "None after backward, which tensors the optimizer holds, what step() sees, and how far each parameter moved.",
@@ -127,6 +128,10 @@ register(Exercise(
         WrongAnswer({"A": DIAGNOSIS["A"], "B": DIAGNOSIS["B"]}, expect="structure", note="loop C missing"),
         WrongAnswer({key.lower(): value for key, value in DIAGNOSIS.items()}, expect="structure", note="keys a, b, c"),
         WrongAnswer(list(DIAGNOSIS.values()), expect="structure", note="a list, not a dict"),
+        WrongAnswer(dict(DIAGNOSIS, A=DIAGNOSIS["A"].title(), B=DIAGNOSIS["B"] + " "), expect="structure",
+                    note="adversarial round 7 (dg_case): the right causes with a case and a space slip"),
+        WrongAnswer({key: value.replace("_", " ") for key, value in DIAGNOSIS.items()}, expect="structure",
+                    note="adversarial round 7 (dg_spaces): spaces for underscores"),
     ),
 ))
 
@@ -440,6 +445,7 @@ _PUBLIC = (
     (("two_branches", "sum"), "some zeros"),                    # a depth-first walk's order is not the engine's,
     (("two_branches_late", "sum"), "some zeros"),               # whichever input it takes first
     (("sqrt", "mean", "shift"), "some negative"),               # a NaN with no inf before it (an isinf test misses it)
+    (("log_ratio", "sum"), "some zeros"),                       # the inf is the quotient's second output (round 7)
 )
 _HIDDEN = (
     (("square", "log", "sum"), "zeros"),
@@ -450,6 +456,7 @@ _HIDDEN = (
     (("shift", "exp", "sum"), "any"),
     (("two_branches", "mean", "exp"), "zeros"),
     (("two_branches_late", "mean", "exp"), "zeros"),
+    (("log_ratio", "mean"), "zeros"),
 )
 
 
@@ -618,6 +625,44 @@ def _own_order_reversed(f, x):
     return _own_order(f, x, reverse=True)
 
 
+def _first_slot_only(f, x):
+    # Adversarial round 7 (ns_first_slot, full marks): hooks on every node that test grad_inputs[0] only; a
+    # product's inf that goes to its second input is missed.
+    x = _leaf(x)
+    out = f(x)
+    found = []
+    for node in _nodes(out):
+        node.register_hook(lambda grads, _, node=node: found.append(type(node).__name__)
+                           if grads and grads[0] is not None and not torch.isfinite(grads[0]).all() else None)
+    out.backward()
+    return found[0] if found else None
+
+
+def _first_inputs_only(f, x):
+    # Adversarial round 7 (ns_chain): hooks only on the nodes reached through next_functions[0]; the other
+    # branches' nodes have none.
+    x = _leaf(x)
+    out = f(x)
+    found, node = [], out.grad_fn
+    while node is not None:
+        node.register_hook(lambda grads, _, node=node: found.append(type(node).__name__)
+                           if any(g is not None and not torch.isfinite(g).all() for g in grads) else None)
+        node = node.next_functions[0][0] if node.next_functions else None
+    out.backward()
+    return found[0] if found else None
+
+
+def _explained_by(variants):
+    """A wrong name that one of ``variants`` (answers with one slip each) also returns on this case."""
+    def explained(student, reference, args):
+        f, x = _case(args)
+        return student is not None and student != reference and any(student == v(f, x) for v in variants)
+    return explained
+
+
+_OWN_ORDERS, _SOME_UNHOOKED = (_own_order, _own_order_reversed), (_first_inputs_only,)
+
+
 def _called_by_hand(student, reference, args, *, student_run):
     return OUTSIDE_BACKWARD in (student_run.error or "")
 
@@ -730,8 +775,8 @@ register(Exercise(
     answer_name="nan_source",
     reference=nan_source,
     inputs=_nan_source_inputs,
-    public_seeds=(0, 1, 2, 3, 4, 5, 6),
-    hidden_seeds=(101, 102, 103, 104, 105, 106, 107, 108),
+    public_seeds=(0, 1, 2, 3, 4, 5, 6, 7),
+    hidden_seeds=(101, 102, 103, 104, 105, 106, 107, 108, 109),
     method=backward_calls(1, name="one backward pass through f(x)"),
     # Every graph the answer builds keeps its saves for the engine, as f's own do (a replay's nodes called by hand).
     call="autograd_lab.labs.nonfinite:with_saves_kept",
@@ -748,6 +793,10 @@ register(Exercise(
                       "or an inf): whatever it watched did not see it. Hook every node of the graph and look at "
                       "what each one computed.",
                       _named_nothing),
+        Misconception("first_slot_only",
+                      "A node computes one gradient per input, and here the non-finite one is not the first: look "
+                      "at every entry of what the hook receives, not only the first.",
+                      _explained_by((_first_slot_only,))),
         Misconception("nan_only",
                       "You named the first node that produced a NaN, as anomaly mode does. Here a gradient became "
                       "infinite earlier (an inf turns into NaN a node or two later, as 0 * inf), and anomaly mode "
@@ -764,12 +813,16 @@ register(Exercise(
                       "let only the engine read what their graph saved. Register a hook on each node and let "
                       "f(x).backward() call them.",
                       _called_by_hand),
+        # Adversarial round 7 (ns_chain): hooks on one branch only were told their order was wrong.  The name
+        # returned cannot tell the two slips apart (on the check's cases a one-branch hook returns what a reversed
+        # walk returns, and the student build matches a mistake by the name returned and the name expected, across
+        # cases), so the message names both.
         Misconception("own_order",
-                      "You named the first non-finite node in an order of your own, a walk of the graph. The engine "
-                      "runs the nodes in its own order, which here is not a depth-first walk's: name the node whose "
-                      "hook fired first.",
-                      lambda student, reference, args: student is not None and student != reference and any(
-                          student == variant(*_case(args)) for variant in (_own_order, _own_order_reversed))),
+                      "Another node went non-finite before the one you named, in the engine's order. Two slips give "
+                      "such a name: picking the first in an order of your own (a walk of the graph, which is not the "
+                      "engine's order), or a node without a hook (each entry of next_functions leads to a node to "
+                      "hook, not only the first). Hook every node and name the one whose hook fired first.",
+                      _explained_by(_OWN_ORDERS + _SOME_UNHOOKED)),
         Misconception("last_op",
                       "You named the node where backward starts (the output's grad_fn). Backward goes on through "
                       "the whole graph, and the gradient goes non-finite further down.",
@@ -800,5 +853,9 @@ register(Exercise(
         WrongAnswer(_own_order, expect="own_order", note="hooks, but the first in a depth-first walk's order"),
         WrongAnswer(_own_order_reversed, expect="own_order", note="the same, the walk taking inputs last first"),
         WrongAnswer(_no_leaf, expect="named_nothing", note="no leaf that requires grad; the error swallowed"),
+        WrongAnswer(_first_slot_only, expect="first_slot_only",
+                    note="adversarial round 7 (ns_first_slot, full marks): grad_inputs[0] only; log(x) / (exp(x) + 1) at a zero"),
+        WrongAnswer(_first_inputs_only, expect="own_order",
+                    note="adversarial round 7 (ns_chain): one branch hooked; the message names both slips"),
     ),
 ))

@@ -68,6 +68,25 @@ def _described(kind):
     return _SHOWN.get(kind, f"a {kind}")
 
 
+def unlisted_name(student, choices, where):
+    """A ``structure`` finding for a text entry that is not one of ``choices`` (the prompt's public list), else None.
+
+    Said in ``check()`` and by the grader alike: a name with a case or space slip is not a
+    wrong diagnosis, and the list is the prompt's, so naming it gives no key away.
+    """
+    if not choices:
+        return None
+    kind = student.get(KIND) if isinstance(student, dict) else None
+    items = (student["items"].items() if kind == "dict" else enumerate(student["items"]) if kind in ("tuple", "list")
+             else [(None, student)])
+    for key, item in items:
+        if isinstance(item, str) and item not in choices:
+            label = where if key is None else f"{where}[{key!r}]"
+            return Finding("structure", f"{label}: expected a name the prompt lists ({', '.join(choices)}), got "
+                                        f"{item!r}: write the name exactly as the table does.")
+    return None
+
+
 def compare_form(student, form, where):
     """A ``structure`` finding when the prediction's form differs, else the ``graded_later`` finding."""
     if student is None:

@@ -13,7 +13,7 @@ from .compare import Tolerance, compare_values
 from .findings import Finding, error_advice
 from .display import Result
 from .detectors import named, named_error
-from .forms import GRADED_LATER
+from .forms import GRADED_LATER, unlisted_name
 from .methods import broken
 from .observe import RECORD_STATUSES
 from .records import KIND, decode, describe
@@ -159,6 +159,8 @@ def first_difference(exercise, student, reference):
     where = exercise.answer_name if exercise.kind == "value" else "the returned value"
     steps = [lambda: compare_values(student["output"], reference["output"], where, tolerance,
                                     state="state" in exercise.compare, blind=exercise.kind == "value")]
+    if exercise.choices:    # a name outside the prompt's list, told before the form or the key is looked at
+        steps.insert(0, lambda: unlisted_name(student["output"], exercise.choices, where))
     if "state" in exercise.compare or "grad_mode" in exercise.compare:
         steps.append(lambda: _compare_grad_mode(student, reference))
     if "args" in exercise.compare:

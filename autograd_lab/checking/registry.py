@@ -80,6 +80,7 @@ class Exercise:
     modifies: Any = ()  # arguments the answer must change in place: names, indices, "name:grad" (``untouched.py``)
     call: Optional[str] = None  # "autograd_lab.labs.module:function": the check calls function(answer, *args)
     checked_numbers: dict = field(default_factory=dict, compare=False)  # {"6": lambda key: key["C"]}
+    choices: tuple = ()  # a prediction's names, as the prompt lists them: a text entry must be one (``forms.py``)
     module: str = field(default="", compare=False)
 
     def __post_init__(self):
@@ -92,7 +93,8 @@ class Exercise:
             object.__setattr__(self, "public_seeds", public)
         if self.hidden_seeds is None:
             object.__setattr__(self, "hidden_seeds", hidden)
-        for name in ("public_seeds", "hidden_seeds", "hints", "compare", "misconceptions", "wrong_answers", "method"):
+        for name in ("public_seeds", "hidden_seeds", "hints", "compare", "misconceptions", "wrong_answers", "method",
+                     "choices"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         try:
             object.__setattr__(self, "modifies", normalise_modifies(self.modifies, self.parameter_names()))

@@ -44,6 +44,13 @@ def _two_branches_late(t):
     b = torch.log(t)                  # LogBackward0: runs before SqrtBackward0
     return a * 3.0 + b * 2.0
 
+def _log_ratio(t):
+    """``log(t) / (exp(t) + 1)``: at 0 the quotient's inf is its second output, the gradient of the denominator's branch."""
+    b = t.exp() + 1.0                 # ExpBackward0, AddBackward0, made first
+    a = torch.log(t)                  # LogBackward0: made after, so the engine runs it first
+    return a / b                      # DivBackward0: d/db = -a/b^2, inf at 0; d/da = 1/b, finite
+
+
 STEPS = {
     "scale": lambda t: t * 3.0,                                          # MulBackward0
     "shift": lambda t: t + 0.5,                                          # AddBackward0
@@ -56,6 +63,7 @@ STEPS = {
     "exp": torch.exp,                                                    # ExpBackward0
     "ratio": lambda t: t / t,                                            # DivBackward0: 0/0
     "x_log_x": lambda t: t * torch.log(t),                               # MulBackward0 and LogBackward0
+    "log_ratio": _log_ratio,
     "safe_sqrt": lambda t: torch.where(t > 0, torch.sqrt(t), torch.zeros_like(t)),   # WhereBackward0
     "two_branches": _two_branches,          # the engine's order interleaves the branches: no depth-first walk's
     "two_branches_late": _two_branches_late,
