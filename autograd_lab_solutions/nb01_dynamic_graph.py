@@ -171,6 +171,17 @@ def _count_by_graph_signature(output):
     return counts
 
 
+def _count_by_pipelining_walk(output):
+    """A shortcut (round 7, 01-1): PyTorch's own walk of the graph, from the pipelining package."""
+    from torch.distributed.pipelining._backward import construct_reverse_graph
+
+    nodes = [output.grad_fn] + [n for n in construct_reverse_graph([output.grad_fn]) if n is not output.grad_fn]
+    counts = {}
+    for node in nodes:
+        counts[type(node).__name__] = counts.get(type(node).__name__, 0) + 1
+    return counts
+
+
 def _count_with_none_edges(output):
     """A slip (round 4, A5): the walk follows the None edges of plain inputs and counts them as nodes."""
     counts, visited, stack = {}, set(), [output.grad_fn]
@@ -223,9 +234,12 @@ register(Exercise(
     reference=count_nodes,
     inputs=_count_inputs,
     # The walk is the skill: the course's drawing and tracing helpers walk the graph for you.
-    # The course's walkers: the drawing and tracing helpers, and the grader's graph fingerprint (round 4, A2).
-    method=(no_library("code:autograd_lab.viz", "code:autograd_lab.grading.portable", name="your own walk of the graph",
-                       tag="used_library"),
+    # The course's walkers: the drawing and tracing helpers, and the grader's graph fingerprint (round 4, A2);
+    # PyTorch's own walks over next_functions: pipelining's reverse graph (round 7, 01-1) and AOT autograd's.
+    method=(no_library("code:autograd_lab.viz", "code:autograd_lab.grading.portable",
+                       "code:torch.distributed.pipelining._backward",
+                       "code:torch._functorch._aot_autograd.logging_utils:setup_stacktrace_preservation_hooks",
+                       name="your own walk of the graph", tag="used_library"),
             NO_BACKWARD_PASS),
     hints=(
         "Start from output.grad_fn and follow node.next_functions, a tuple of (node, output_nr) pairs; "
@@ -257,6 +271,8 @@ register(Exercise(
         WrongAnswer(_count_by_course_walker, expect="used_library", note="autograd_lab.viz.walk called directly"),
         WrongAnswer(_count_by_graph_signature, expect="used_library",
                     note="grading.portable.graph_signature (adv-00-04-r3 A2)"),
+        WrongAnswer(_count_by_pipelining_walk, expect="used_library",
+                    note="torch.distributed.pipelining's construct_reverse_graph (adv-00-04-r6 01-1)"),
         WrongAnswer(_count_with_none_edges, expect="counted_none", note="None edges counted (adv-00-04-r3 A5)"),
         WrongAnswer(_count_by_profiling_backward, expect="ran_backward",
                     note="the profiler's evaluate_function events of a backward pass (adv-00-04-r2)"),
@@ -616,7 +632,7 @@ _EVALUATED = tuple(f"{module}:{name}" for module in ("math", "cmath", "numpy", "
                    for name in ("tanh", "exp", "cosh", "sinh"))
 NO_NUMERICAL_DERIVATIVE = Method(
     name="a derivative of tanh that you work out (no numerical derivative)",
-    holds=lambda facts: facts["tiny_off_input"] == 0 and facts["complex_outputs"] == 0 and facts["tiny_unseen"] <= 2 * facts["tiny_own_backwards"],
+    holds=lambda facts: facts["tiny_off_input"] == 0 and facts["complex_outputs"] == 0 and facts["complex_code"] == [] and facts["tiny_unseen"] <= 2 * facts["tiny_own_backwards"],
     watch=tuple(f"args:{name}" for name in _EVALUATED) + tuple(f"code:{name}" for name in _EVALUATED
                                                              if name.startswith(("math:", "cmath:"))),
     explain=lambda facts: (
@@ -624,6 +640,8 @@ NO_NUMERICAL_DERIVATIVE = Method(
         "(such as u + h and u - h, or a complex u + ih): that is a numerical derivative, not one you worked out."
         if facts["tiny_off_input"] else
         "your tanh computed with complex tensors: a complex-step derivative is numerical." if facts["complex_outputs"]
+        else f"your code computed with Python complex numbers (`complex`, `1j` or `.imag` in "
+             f"{', '.join(facts['complex_code'])}): a complex-step derivative is numerical." if facts["complex_code"]
         else f"your tanh called tanh {facts['tiny_unseen']} times through a reference the checker could not follow "
              f"(so it could not see where), for {facts['tiny_own_backwards']} nodes: a formula needs at most two calls "
              "per node, a numerical derivative more. Call `math.tanh` directly, once for the value, and write the "
@@ -632,6 +650,23 @@ NO_NUMERICAL_DERIVATIVE = Method(
              "computed with complex numbers, or called tanh more often than a formula needs where the checker "
              "could not see the point. Write d tanh(u)/du as a formula and use it in your node's `_backward`."),
     tag="finite_differences")
+
+
+def _complex_step_by_power(u, t, step=1e-30):
+    """Adversarial round 7 (01-2): the complex step through Python's builtin complex power, tanh as (e - 1)/(e + 1)."""
+    def tanh(z):
+        e = math.e ** (2 * z)
+        return (e - 1) / (e + 1)
+    return tanh(complex(u, step)).imag / step
+
+
+def _complex_step_by_literal(u, t, step=1e-30):
+    """The same with the point written as u + 1e-30j and the imaginary part taken by conjugation."""
+    def tanh(z):
+        e = math.e ** z
+        return (e - 1 / e) / (e + 1 / e)
+    value = tanh(u + step * 1j)
+    return ((value - value.conjugate()) / 2j).real / step
 
 
 def _only_roughly_right(student, reference, args):
@@ -723,6 +758,10 @@ register(Exercise(
         WrongAnswer(_tanh_with_local(_complex_step_torch), expect="finite_differences",
                     note="complex step with torch.tanh on a complex tensor"),
         WrongAnswer(_tanh_with_local(_complex_step_mpmath), expect="finite_differences", note="complex step with mpmath"),
+        WrongAnswer(_tanh_with_local(_complex_step_by_power), expect="finite_differences",
+                    note="complex step through the builtin ** (adv-00-04-r6 01-2)"),
+        WrongAnswer(_tanh_with_local(_complex_step_by_literal), expect="finite_differences",
+                    note="complex step with a 1j literal"),
         WrongAnswer(_float32_forward, expect="difference_quotient", note="tanh computed in float32 by torch"),
         WrongAnswer(_tanh_never_attached, expect="typed_formula", note="closure never attached"),
         WrongAnswer(_tanh_without_parent, expect="typed_formula", note="a node without its input"),

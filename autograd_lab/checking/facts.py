@@ -29,7 +29,8 @@ actually ran, not what the answer's names say.
 * ``escapes``: threads and processes the answer started (the tape cannot follow them);
   ``other_threads``: threads started before the call that may work for it (one running the notebook's
   code at the call's start or end, an idle pool worker, a timer), or the answer waiting for another
-  thread (``tape._threads_at_work``, ``tape._WAITS``);
+  thread (``tape._threads_at_work``, ``tape._WAITS``); ``complex_code``: the answer's functions that make
+  Python complex numbers (``complex``, ``1j``, ``.imag``: ``tape._makes_complex``; profiled methods only);
   ``tape_intact``: no recorder was switched off by the answer;
 * ``answer_kind``: ``"autograd.Function"`` for a ``torch.autograd.Function`` subclass, else
   ``"function"``; with ``own_backward_ops`` (ops run by that Function's own backward),
@@ -103,7 +104,7 @@ VERSION_FORGERS = (WRITES_SPEC, "code:torch._C:_increment_version")
 
 FACTS = ("engine_runs", "nested_engine_runs", "backward_ops", "backward_op_names", "forward_ad", "ops",
          "library_derivatives", "largest_numel", "largest_input_numel", "backward_largest", "output_from_engine", "ran", "copied",
-         "recompiled", "instances", "escapes", "other_threads", "tape_intact", "answer_kind", "own_backward_ops", "own_library_derivatives",
+         "recompiled", "instances", "escapes", "other_threads", "complex_code", "tape_intact", "answer_kind", "own_backward_ops", "own_library_derivatives",
          "silent_writes", "samplers_built", "scalers_built", "tiny_engine_runs", "tiny_backwards",
          "tiny_own_backwards", "tiny_missing_backwards", "tiny_off_input", "tiny_unseen", "complex_outputs",
          "small_steps", "stepped_points", "work", "input_shapes", "optimizer_moves", "backward_rows")

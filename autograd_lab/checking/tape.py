@@ -616,6 +616,17 @@ def _waiter(frame):
     return frame is not None and not _is_libraries(frame)
 
 
+def _makes_complex(code, frame):
+    """Whether the answer's own ``code`` makes Python complex numbers (``complex(...)``, ``1j``, ``.imag``): a
+    complex step through the builtin ``**`` or arithmetic is an operator no recorder sees (round 7, 01-2).
+    Code compiled from text (``<string>``) that a library calls is the library's (mpmath generates functions)."""
+    if code.co_filename.startswith("<frozen") or _is_library(code):
+        return False
+    if code.co_filename.startswith("<") and frame.f_back is not None and _is_libraries(frame.f_back):
+        return False
+    return bool({"complex", "imag"}.intersection(code.co_names)) or any(isinstance(c, complex) for c in code.co_consts)
+
+
 def _names_a_guard(code):
     """The guard the answer's own ``code`` names, or None (library code is not looked at)."""
     if os.path.abspath(code.co_filename).startswith(_LIBRARY_FOLDERS):
@@ -644,7 +655,7 @@ class Tape:
         self.own_backward_ops = self.own_library_derivatives = self.library_derivatives = self.largest = 0
         self.dual_levels = self.complex_outputs = self.work = self.small_steps = 0
         self.run_largest, self.run_sizes = 0, []    # per backward pass: the most elements of a tensor it produced
-        self.escapes, self.switched_off, self.threads = [], [], []
+        self.escapes, self.switched_off, self.threads, self.complex_code = [], [], [], []
         self.tainted, self._names = {}, {}
         self.intact, self.new_instances, self._young, self._chained = True, collections.Counter(), None, None
         self.moves, self._returns = _OptimizerMoves(), {}     # who moved an optimizer's parameters; frames to see return
@@ -707,6 +718,8 @@ class Tape:
                 guard = _names_a_guard(code)
                 if guard is not None:
                     self.switched_off.append(guard)
+                if _makes_complex(code, frame):
+                    self.complex_code.append(code.co_name)
                 specs = _recompiled(self.watchlist, code)
                 self._copies[key] = (code, specs)
                 if not specs and key not in self._codes and not (self.provenance is not None
@@ -870,6 +883,7 @@ class Tape:
             "instances": dict(self.new_instances),
             "escapes": sorted(set(self.escapes)),
             "other_threads": sorted(set(self.threads))[:8],
+            "complex_code": sorted(set(self.complex_code))[:8],
             "tape_intact": self.intact,
             **(self.provenance.facts() if self.provenance is not None else {}),
         }
