@@ -94,10 +94,6 @@ def _answered_any(pairs):
         student.get(scenario) == choice for scenario, choice in pairs)
 
 
-def _not_an_option(student, reference, args):
-    return isinstance(student, dict) and any(value not in _OPTIONS for value in student.values())
-
-
 def _with(**changes):
     return {**_CHOICES, **changes}
 
@@ -109,6 +105,7 @@ register(Exercise(
     kind="value",
     reference=copy_choice,
     experiment=_copy_choice_experiment,
+    choices=_OPTIONS,       # the prompt's three calls: a spelling outside them is told in check() (round 7, 04-4)
     solution_code=('copy_choice = {"target": "detach", "masked_copy": "clone", '
                    '"moved_by": "detach().clone()", "history": "detach"}'),
     hints=(
@@ -119,11 +116,6 @@ register(Exercise(
         "optimizer.step() writes the new values into the weights' own storage, in place.",
     ),
     misconceptions=(
-        Misconception(
-            "not_an_option",
-            "Each choice must be one of the three strings the prompt lists, written exactly as there "
-            "(no leading dot, no other order of the calls).",
-            _not_an_option),
         Misconception(
             "clone_keeps_graph",
             "clone() stays in the graph: the loss would send gradients through the Q-learning target, which "
@@ -161,10 +153,13 @@ register(Exercise(
             _answered("moved_by", "clone")),
     ),
     wrong_answers=(
-        WrongAnswer(_with(moved_by="clone().detach()"), expect="not_an_option",
+        WrongAnswer(_with(moved_by="clone().detach()"), expect="structure",
                     note="a frozen copy, but not one of the three strings"),
         WrongAnswer({"target": ".detach()", "masked_copy": ".clone()", "moved_by": ".detach().clone()",
-                     "history": ".detach()"}, expect="not_an_option", note="the options with a leading dot"),
+                     "history": ".detach()"}, expect="structure", note="the options with a leading dot"),
+        WrongAnswer({"target": "detach()", "masked_copy": "clone()", "moved_by": "detach().clone()",
+                     "history": "detach()"}, expect="structure",
+                    note="the right calls with parentheses (adversarial round 7, 04-4: check() said 'expected form')"),
         WrongAnswer(_with(target="clone"), expect="clone_keeps_graph"),
         WrongAnswer(_with(history="clone"), expect="graph_kept_alive"),
         WrongAnswer(_with(target="detach().clone()"), expect="needless_copy"),
