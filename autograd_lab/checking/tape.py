@@ -620,7 +620,7 @@ def _makes_complex(code, frame):
     """Whether the answer's own ``code`` makes Python complex numbers (``complex(...)``, ``1j``, ``.imag``): a
     complex step through the builtin ``**`` or arithmetic is an operator no recorder sees (round 7, 01-2).
     Code compiled from text (``<string>``) that a library calls is the library's (mpmath generates functions)."""
-    if code.co_filename.startswith("<frozen") or _is_library(code):
+    if _is_libraries(frame):
         return False
     if code.co_filename.startswith("<") and frame.f_back is not None and _is_libraries(frame.f_back):
         return False
@@ -629,7 +629,7 @@ def _makes_complex(code, frame):
 
 def _names_a_guard(code):
     """The guard the answer's own ``code`` names, or None (library code is not looked at)."""
-    if os.path.abspath(code.co_filename).startswith(_LIBRARY_FOLDERS):
+    if _is_library(code):
         return None
     named = _GUARDS.intersection(code.co_names) or _GUARDS.intersection(
         c for c in code.co_consts if isinstance(c, str))
@@ -690,7 +690,7 @@ class Tape:
                 self._safely(self._saw_builtin, id(arg), frame)
         elif event == "call":
             code = frame.f_code
-            if self._printing and not _is_library(code) and not _is_namedtuple_new(frame):
+            if self._printing and not _is_libraries(frame):
                 self.switched_off.append("answer code run while torch's tensor printing had the recorders off")
             if id(code) in self._codes or id(code) not in self._plain:
                 self._safely(self._saw_code, frame, code)
