@@ -39,7 +39,7 @@ def test_a_rank_that_skips_backward_makes_the_other_time_out_and_launch_stops_it
     run = launch(scenarios.skip_backward, timeout=60, grace=1.0, wait_seconds=2.0, stall_seconds=60)
     assert not run.ok
     assert 0 in run.errors and run.terminated == [1]
-    assert run.seconds < 30
+    assert run.ended_by == "grace"  # stopped after rank 0's failure, not at launch's own deadline
     with pytest.raises(RankError, match="^Timed out"):
         run.raise_errors()
 

@@ -63,6 +63,7 @@ class DistributedRun:
     errors: dict = field(default_factory=dict)    # rank -> (exception type name, message)
     terminated: list = field(default_factory=list)  # ranks stopped by launch after the deadline
     seconds: float = 0.0
+    ended_by: str = "reports"  # "reports", "grace" (after a failure), "straggler", "deadline" or "deaths"
     restarts: int = 0   # runs started again because a rank hung after its peers finished
 
     @property
@@ -296,21 +297,26 @@ def _remove_when_this_process_ends(folder):
 def _collect(run, outbox, processes, *, deadline, grace):
     """Read rank reports until every rank reported, the deadline passed, or a failure's grace ran out."""
     straggler = STRAGGLER_SECONDS
+    limit = "deadline"   # which limit the current deadline is: a test reads it instead of timing the run
     while len(run.results) + len(run.errors) < run.world_size:
-        if run.errors:
-            deadline = min(deadline, time.monotonic() + grace)
+        if run.errors and grace != float("inf"):
+            if time.monotonic() + grace < deadline:
+                deadline, limit = time.monotonic() + grace, "grace"
             grace = float("inf")  # start the grace period once, at the first failure
-        elif run.results:
-            deadline = min(deadline, time.monotonic() + straggler)
+        elif run.results and not run.errors and straggler != float("inf"):
+            if time.monotonic() + straggler < deadline:
+                deadline, limit = time.monotonic() + straggler, "straggler"
             straggler = float("inf")  # once, at the first result
         remaining = deadline - time.monotonic()
         if remaining <= 0:
+            run.ended_by = limit
             return
         try:
             rank, status, payload = outbox.get(timeout=min(remaining, 0.5))
         except queue.Empty:
             if not any(p.is_alive() for p in processes) and outbox.empty():
-                return  # every rank died without reporting (for example killed by the OS)
+                run.ended_by = "deaths"  # every rank died without reporting (for example killed by the OS)
+                return
             continue
         if status == "ok":
             run.results[rank] = _from_bytes(payload)
