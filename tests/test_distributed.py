@@ -241,9 +241,8 @@ def test_a_rank_silent_after_its_peer_finished_is_stopped_soon(monkeypatch):
 
     monkeypatch.setattr(distributed, "STRAGGLER_SECONDS", 0.3)
     run = distributed.DistributedRun(world_size=2)
-    start = time.monotonic()
-    distributed._collect(run, OneReport(), [_Alive(), _Alive()], deadline=start + 60, grace=2.0)
-    assert sorted(run.results) == [0] and time.monotonic() - start < 5   # not the 60 s deadline
+    distributed._collect(run, OneReport(), [_Alive(), _Alive()], deadline=time.monotonic() + 60, grace=2.0)
+    assert sorted(run.results) == [0] and run.ended_by == "straggler"   # not the 60 s deadline
 
 
 def test_a_run_with_a_hung_rank_is_started_again_once(monkeypatch):
