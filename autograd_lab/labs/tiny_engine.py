@@ -61,11 +61,9 @@ class Value:
     def backward(self):
         """Seed d(self)/d(self) = 1 and run every node's backward, outputs before inputs.
 
-        The closures keep every value they captured, so a graph can go through ``backward()`` as
-        often as you like (whether PyTorch's can is a question for later in notebook 01).  The
-        leaves' gradients accumulate, as ``.grad`` does in PyTorch: call it twice and every leaf's
-        ``grad`` doubles.  The intermediate nodes start from zero on every call, or their old
-        gradients would be pushed down a second time.
+        The intermediate nodes start from zero on every call (micrograd's do not), or a second
+        call would push their old gradients down again.  The leaves' gradients accumulate, as
+        ``.grad`` does in PyTorch: call it twice and every leaf's ``grad`` doubles.
         """
         order = topological_order(self)
         for node in order:
