@@ -90,12 +90,14 @@ def step_in_grad_mode(step, params, lr, weight_decay, grad_enabled):
     return step(params, lr, weight_decay)
 
 
-def saved_bytes_kept(forward, exclude=()):
-    """Run ``forward()``; return its result and the bytes of what it saved for backward that are still alive.
+def saved_bytes_graph_holds(forward, exclude=()):
+    """Run ``forward()``; return its result and the bytes of what it saved that its graph still holds.
 
     Each tensor saved while ``forward`` runs is kept as an alias that only the graph holds, followed
     by a weak reference (saved-tensor hooks, the mechanism ``labs.memory.saved_tensors`` measures
-    with): the alias dies with the graph, and a storage counts while anything still holds it.
+    with): the alias dies with the graph, so a saved storage counts while the graph still holds it.
+    Whatever else holds the same storage (the input batch, a forward hook's copy) is not seen: this
+    measures the graph, not the storage's other owners (audit 04-r5 item 1).
     ``exclude``: tensors not to count (the parameters).
     """
     import weakref
