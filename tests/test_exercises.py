@@ -140,7 +140,7 @@ def test_a_not_implemented_error_from_torch_is_an_error_not_a_stub():
     (lambda x: None, "none", "is None"),
     (lambda x: torch.zeros_like(x), "all_zeros", "all zeros"),
     (lambda x: 0.75 * x ** 2, "scaled", "0.25 times"),
-    (lambda x: 3 * x ** 2 + 1, "wrong_value", "worst absolute error is 1 "),
+    (lambda x: 3 * x ** 2 + 1, "wrong_value", "elements differ from the expected values; the largest difference"),
     (lambda x: (3 * x ** 2)[:2], "shape", "expected shape (4,), got (2,)"),
     (lambda x: (3 * x ** 2).float(), "dtype", "expected dtype torch.float64, got torch.float32"),
     (lambda x: (3 * x ** 2).tolist(), "structure", "expected a tensor"),
@@ -149,6 +149,40 @@ def test_misconceptions_are_named(answer, tag, phrase):
     result = check("00.cube_grad", answer)
     assert result.status == "failed" and result.misconception == tag
     assert phrase in result.messages[0], result.messages
+
+
+def test_a_wrong_value_never_shows_the_expected_value():
+    """Adversarial round 7: "expected 11, got 10" handed over what the exercise asks to work out."""
+    from autograd_lab.checking.compare import Tolerance, compare_values
+    finding = compare_values(10, 11, "the returned value[1]", Tolerance())
+    assert finding.tag == "wrong_value" and "11" not in finding.message and "got 10" in finding.message
+    expected = torch.tensor([1.0, -1.123, 2.0])
+    from autograd_lab.checking.records import encode_tensor
+    finding = compare_values(encode_tensor(torch.tensor([1.0, 0.4272, 2.0])), encode_tensor(expected),
+                             "the gradient", Tolerance())
+    assert "1.123" not in finding.message and "index (1,)" in finding.message and "0.4272" in finding.message
+
+
+def test_round_7_slips_get_their_own_cause():
+    """Adversarial round 7 (00.cube_grad): a hook is named as a hook; the caller's x as the leaf is a changed
+    argument, not "the derivative typed by hand", also where x already requires grad."""
+    from autograd_lab_solutions import nb00_start_here as nb00
+    from autograd_lab.checking import autograd_derivative, uses_autograd
+    # fresh_session removes 00.cube_grad's method; these slips are about it, so it is put back here
+    registry.REGISTRY["00.cube_grad"] = dataclasses.replace(registry.REGISTRY["00.cube_grad"],
+                                                            method=(uses_autograd(), autograd_derivative()))
+
+    def hook_returns_formula(x):      # written here, as a student's cell would be (the course's own code is not
+        t = x.detach().clone().requires_grad_()     # watched for hooks, so the bank entry's copy is not used)
+        t.register_hook(lambda grad: 3 * t.detach() ** 2)
+        t.sum().backward()
+        return t.grad
+    hook = check("00.cube_grad", hook_returns_formula)
+    assert hook.misconception == "laundered_formula" and "registered a gradient hook" in hook.messages[0]
+    for answer in (nb00._graph_on_callers_x, nb00._clone_of_callers_x):
+        result = check("00.cube_grad", answer)
+        assert result.misconception == "modified_input", repr(result)
+        assert not any("typed by hand" in message for message in result.messages), repr(result)
 
 
 def test_shape_is_reported_before_values():

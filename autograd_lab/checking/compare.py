@@ -45,6 +45,9 @@ DEFAULT_TOLERANCES = {
     torch.complex128: (1e-7, 1e-7),
 }
 _SUFFIX = re.compile(r"\d+$")
+# A failed function exercise's value is never shown: say which entry is wrong and what came, not
+# what it should be (docs/authoring-exercises.md, "What a failure message may show").
+NOT_EXPECTED = "which is not the expected value"
 
 @dataclass(frozen=True)
 class Tolerance:
@@ -104,7 +107,7 @@ def _compare_container(student, reference, where, tolerance, state, grads):
         pairs = [(where + label.format(key), student[field][key], reference[field][key]) for key in reference[field]]
     else:  # an object we can only compare by type and repr
         if not _is_kind(student, "object") or (student["type"], student["repr"]) != (reference["type"], reference["repr"]):
-            return Finding("wrong_value", f"{where}: expected {reference['repr']}, got {describe(student)}.")
+            return Finding("wrong_value", f"{where}: got {describe(student)}, {NOT_EXPECTED}.")
         return None
     for label, s, r in pairs:
         finding = compare_values(s, r, label, tolerance, state=state, grads=grads or kind == "module")
@@ -127,22 +130,26 @@ def _compare_keys(student, reference, where):
 
 
 def _compare_plain(student, reference, where):
-    """None, bool, int, float, str: exact, except floats within a small tolerance."""
+    """None, bool, int, float, str: exact, except floats within a small tolerance.
+
+    The reference's value is never shown (adversarial round 7: "expected 11, got 10" in
+    06.saved_for_segments handed over the count the exercise asks the student to work out).
+    """
     if reference is None:
-        return None if student is None else Finding("wrong_value", f"{where}: expected None, got {describe(student)}.")
+        return None if student is None else Finding("wrong_value", f"{where}: got {describe(student)}, {NOT_EXPECTED}.")
     if isinstance(reference, bool) or isinstance(student, bool):
         same = type(student) is type(reference) and student == reference
-        return None if same else Finding("wrong_value", f"{where}: expected {reference!r}, got {_short(student)}.")
+        return None if same else Finding("wrong_value", f"{where}: got {_short(student)}, {NOT_EXPECTED}.")
     if isinstance(reference, (int, float)):
         if not isinstance(student, (int, float)):
             return Finding("structure", f"{where}: expected a number, got {describe(student)}.")
         if math.isclose(student, reference, rel_tol=1e-6, abs_tol=1e-8) or (
                 math.isnan(student) and math.isnan(reference)):
             return None
-        return Finding("wrong_value", f"{where}: expected {reference!r}, got {student!r}.")
+        return Finding("wrong_value", f"{where}: got {student!r}, {NOT_EXPECTED}.")
     if student == reference:
         return None
-    return Finding("wrong_value", f"{where}: expected {_short(reference)}, got {_short(student)}.")
+    return Finding("wrong_value", f"{where}: got {_short(student)}, {NOT_EXPECTED}.")
 
 
 def _short(value):
@@ -262,19 +269,31 @@ def _best_factor(s, r):
 
 
 def _worst_error(s, r, where, rtol, atol):
-    """``wrong_value``: the worst absolute and relative error and where they are."""
+    """``wrong_value``: how many elements differ, where the largest difference is, and its size as a band.
+
+    The reference's value is never shown, nor an exact error that, with the student's own value,
+    would give it back: the relative error is said as a band (below 1%, 1% to 10%, ...).
+    """
     s64, r64 = s.to(torch.float64), r.to(torch.float64)
     diff = _abs(s64 - r64)
     diff = _where(_isnan(diff), _zeros_like(diff) + math.inf, diff)
     worst = int(_argmax(diff.reshape(-1))) if diff.numel() else 0
     index = tuple(int(i) for i in _unravel(_tensor(worst), tuple(r.shape))) if r.dim() else ()
-    rel = diff / _abs(r64).clamp_min(1e-12)
+    rel = float((diff / _abs(r64).clamp_min(1e-12)).reshape(-1)[worst]) if diff.numel() else 0.0
     mismatched = int((~_isclose(s64, r64, rtol=rtol, atol=atol, equal_nan=True)).sum())
     return Finding("wrong_value", (
-        f"{where}: {mismatched} of {r.numel()} elements differ; the worst absolute error is "
-        f"{float(diff.reshape(-1)[worst]):.3g} at index {index} (expected {float(r64.reshape(-1)[worst]):.4g}, "
-        f"got {float(s64.reshape(-1)[worst]):.4g}); the worst relative error is {float(rel.max()):.3g}."))
+        f"{where}: {mismatched} of {r.numel()} elements differ from the expected values; the largest difference "
+        f"is at index {index} (your value there: {float(s64.reshape(-1)[worst]):.4g}), {_band(rel)}."))
 
+
+def _band(rel):
+    """A relative error in words, coarse enough not to give the expected value back."""
+    if not math.isfinite(rel):
+        return "where one of the two is not finite"
+    for limit, words in ((1e-2, "off by less than 1%"), (1e-1, "off by 1% to 10%"), (1.0, "off by 10% to 100%")):
+        if rel < limit:
+            return words
+    return "off by more than the expected value's own size"
 
 
 # --- predictions: how many entries are wrong, never which or what they should be ----------------
@@ -321,8 +340,11 @@ def compare_blind(student, reference, where, tolerance):
     if _is_kind(reference, "dict", "tuple", "list"):
         return Finding("structure", f"{where}: expected a {reference[KIND]}.")
     if _is_kind(reference, "tensor"):
-        if not _is_kind(student, "tensor"):
-            return Finding("structure", f"{where}: expected a tensor.")
+        if not _is_kind(student, "tensor"):   # the prompt fixes the shape and dtype; the same words as a release's
+            value = reference["value"]
+            return Finding("structure", f"{where}: expected a {str(value.dtype).replace('torch.', '')} tensor of "
+                                        f"shape {tuple(value.shape)}, got {describe(student)}."
+                                        + " `torch.tensor(...)` makes one from a list." * _is_kind(student, "list", "tuple"))
         finding = _compare_metadata(student, reference, where)
         if finding:
             return finding

@@ -52,7 +52,8 @@ actually ran, not what the answer's names say.
   ``tiny_own_backwards``: of those, the nodes whose ``_backward`` is the answer's own
   closure (not one of the engine's own ops); ``tiny_missing_backwards``: nodes with
   parents whose ``_backward`` was still the do-nothing default (a forgotten
-  ``out._backward = _backward``); ``tiny_off_input``: calls of a function named by an
+  ``out._backward = _backward``); ``tiny_orphans``: nodes whose own closure ran but that list no
+  parent (``Value(t, (), "tanh")``); ``tiny_off_input``: calls of a function named by an
   ``args:`` spec (``args:math:tanh``), or of torch's op of the same name (``aten::tanh``,
   ``aten::exp_`` ...: ``_Points.dispatched``), at a point that is not the number held by an
   input of a node (or its negative or double: ``exp(-2u)``), such as a difference quotient's
@@ -106,7 +107,7 @@ FACTS = ("engine_runs", "nested_engine_runs", "backward_ops", "backward_op_names
          "library_derivatives", "largest_numel", "largest_input_numel", "backward_largest", "output_from_engine", "ran", "copied",
          "recompiled", "instances", "escapes", "other_threads", "complex_code", "tape_intact", "answer_kind", "own_backward_ops", "own_library_derivatives",
          "silent_writes", "samplers_built", "scalers_built", "tiny_engine_runs", "tiny_backwards",
-         "tiny_own_backwards", "tiny_missing_backwards", "tiny_off_input", "tiny_unseen", "complex_outputs",
+         "tiny_own_backwards", "tiny_missing_backwards", "tiny_orphans", "tiny_off_input", "tiny_unseen", "complex_outputs",
          "small_steps", "stepped_points", "work", "input_shapes", "optimizer_moves", "backward_rows")
 
 
@@ -198,6 +199,11 @@ class _TinyEngineRuns:
 
     def own(self):
         return sum(own for _, own in self._ran.values())
+
+    def orphans(self):
+        """Nodes whose own closure ran but that list no parent (``Value(t, (), "tanh")``): the engine
+        reached them as the root's descendants, never the input their closure writes into."""
+        return sum(own and not getattr(node, "parents", ()) for node, own in self._ran.values())
 
     def inputs(self):
         """The numbers held by the inputs (parents) of the nodes whose ``_backward`` ran (the engine's own too:
@@ -487,6 +493,7 @@ def watch(tensors, *, watchlist=(), answer=None, sizes=True):
                             samplers_built=samplers.built, scalers_built=scalers.built,
                             tiny_engine_runs=tiny.runs, tiny_backwards=tiny.backwards(),
                             tiny_own_backwards=tiny.own(), tiny_missing_backwards=len(tiny._missing),
+                            tiny_orphans=tiny.orphans(),
                             tiny_off_input=points.off(tiny.inputs()),
                             stepped_points=stepped(points, list(tensors) + _tensors(result.output)),
                             tiny_unseen=sum(max(0, facts["ran"].get(f"code:{target}", 0) - points.seen[target])

@@ -59,6 +59,7 @@ def _kind(record):
 _SHOWN = {"bool": "True or False", "number": "a number", "text": "a string", "None": "None"}
 # A ratio measured with tensors, or kept exact as a Fraction, is the right number in another type.
 _NUMBER_ADVICE = " Give a plain `int` or `float`: `float(...)` turns a 0-d tensor or a fraction into one."
+_TENSOR_ADVICE = " `torch.tensor(...)` makes one from a list."
 
 
 def _described(kind):
@@ -94,7 +95,10 @@ def compare_form(student, form, where):
     mine = form_record(student)
     shape = form["shape"]
     if mine["shape"] != shape:
-        wanted = {"dict": "a dict", "list": "a list", "scalar": "a single value"}[shape]
+        if shape == "scalar":   # a tensor asked for and a list given (round 7, 02.pick_gradient): name the tensor
+            return Finding("structure", f"{where}: expected {_described(form['entries'][''])}, got a "
+                                        f"{mine['shape']}." + _TENSOR_ADVICE * form["entries"][""].startswith("tensor("))
+        wanted = {"dict": "a dict", "list": "a list"}[shape]
         return Finding("structure", f"{where}: expected {wanted}.")
     expected, got = form["entries"], mine["entries"]
     if shape == "dict" and set(expected) != set(got):

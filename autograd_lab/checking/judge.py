@@ -12,7 +12,7 @@ from . import untouched
 from .compare import Tolerance, compare_values
 from .findings import Finding, error_advice
 from .display import Result
-from .detectors import named, named_error
+from .detectors import NAMED_ERROR, named, named_error
 from .forms import GRADED_LATER, unlisted_name
 from .methods import broken
 from .observe import RECORD_STATUSES
@@ -70,6 +70,11 @@ def judge_case(exercise, student, reference):
     # How the answer ran (its method, its arguments) is judged before what it returned, and a
     # finding about it is never renamed by a value's misconception.
     finding = method_finding(exercise, student) or touched_finding(exercise, student)
+    if finding is not None and finding.tag == "laundered_formula" and _filled_callers_grad(exercise, student):
+        # The caller's own tensor was the leaf (`x.requires_grad_()`, a `clone()` of an `x` that requires
+        # grad): the ledger then sees the raw argument read as a weight, but the cause is the changed
+        # argument, not a derivative typed by hand (adversarial round 7, 00-2).
+        finding = touched_finding(exercise, student)
     if finding is not None:
         return Case(seed, hidden, "failed", finding, inputs)
     finding = _safely(first_difference, exercise, student, reference)
@@ -134,6 +139,15 @@ _SWAPPED = ("Your function swapped the memory of {} for new memory instead of wr
             "(`set_`, or assigning `.data`, rebinds a tensor to other memory): the tensor object is the same, but "
             "whatever shares its old memory (a view such as a tied weight, a `state_dict()` or `detach()` taken "
             "before) still holds the old values. Write the new values into the tensor itself, in place.")
+
+
+def _filled_callers_grad(exercise, student):
+    """The answer's backward filled the `.grad` of an argument the exercise does not let it change."""
+    touched = student.get("touched") or []
+    if exercise.kind != "function" or not isinstance(touched, list):
+        return False
+    changed = untouched.forbidden([t for t in touched if isinstance(t, dict)], exercise.modifies)
+    return any(entry.get("what") == "grad" for entry in changed)
 
 
 def touched_finding(exercise, student):
@@ -286,7 +300,7 @@ def _case_message(case):
                 "small part of it. Look for a loop that does not end, or work repeated far more often than the "
                 "prompt asks.")
     if case.status == "error":
-        advice = error_advice(case.finding.message)
+        advice = "" if case.finding.tag == NAMED_ERROR else error_advice(case.finding.message)
         return f"your code raised {case.finding.message}" + (f".{advice}" if advice else "")
     if case.status == "not attempted":
         return "your code still raises NotImplementedError on this case."

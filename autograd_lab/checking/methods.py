@@ -172,6 +172,11 @@ def autograd_derivative(wrt=0):
 
     def explain(facts):
         laundered = facts.get("laundered") or {}
+        # A hook first (adversarial round 7, 00.cube_grad): the gradient it returns is also read downstream
+        # as a weight, and "multiplies by a value ... treated as a constant" did not name the hook.
+        if laundered.get("hook"):
+            return ("your answer registered a gradient hook on a value computed from the input: a hook rewrites "
+                    "the derivative autograd computes. Let autograd differentiate the function as it is.")
         if laundered.get("gradient"):
             return ("the `gradient=` (or `grad_outputs`) you passed to the backward pass was computed from the "
                     "input's values outside autograd: that is the derivative typed by hand, and the backward "
@@ -183,9 +188,6 @@ def autograd_derivative(wrt=0):
                     "derivative is zero such as `round`, an integer cast, or rebuilt from Python numbers): that "
                     "constant is the derivative typed by hand. Build the function itself from your leaf and let "
                     "autograd differentiate it.")
-        if laundered.get("hook"):
-            return ("your answer registered a gradient hook on a value computed from the input: a hook rewrites "
-                    "the derivative autograd computes. Let autograd differentiate the function as it is.")
         if laundered.get("output"):
             return ("the value you returned is not only what autograd produced: it was computed with the input's "
                     "values besides the gradient (a formula multiplied or added in, with grad mode on or off). "
@@ -615,11 +617,15 @@ def tiny_engine_op(op):
         if facts.get("tiny_missing_backwards"):
             return (f"your `{op}` node has no `_backward` of its own, so the engine ran the do-nothing default and "
                     "no gradient went through it: define `_backward` and attach it with `out._backward = _backward`.")
+        if facts.get("tiny_orphans"):   # adversarial round 7: was told its derivative was numerical
+            return (f"your `{op}` node lists no parent, so the engine does not know it depends on its input: "
+                    "it orders the nodes by following parents, and the input can pass its gradient on before your "
+                    "closure has added to it. Give the new `Value` its input as a parent, as the engine's own ops do.")
         return None
 
     return Method(
         name=f"the tiny engine's backward pass through your `{op}` node",
-        holds=lambda facts, args: facts.get("tiny_own_backwards", 0) >= _elements(args),
+        holds=lambda facts, args: facts.get("tiny_own_backwards", 0) >= _elements(args) and not facts.get("tiny_orphans"),
         explain=explain,
         message=(f"the tiny engine's `backward()` did not run a `_backward` closure of your own `{op}` node for "
                  f"each input, so the gradient never went through your code. Your `{op}` must return a new `Value` "

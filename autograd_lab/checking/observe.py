@@ -76,12 +76,16 @@ def _run_function(record, exercise, answer, args, seed, timeout):
                            f"got {type(answer).__name__}")
         return
     before, elsewhere = untouched.snapshot(args), untouched.Elsewhere()
+    # The tensors the case handed over, taken before the call: an answer that empties an argument's list
+    # (`pop`) must not make the checker's own backward fail and be reported as the student's error
+    # (adversarial round 7, 03-2); the emptied list is judged as a changed argument instead.
+    handed_over = flat_tensors(args)
     try:
         with deadline(timeout) as timer:
             output = _call(record, exercise, answer, function, args, elsewhere)
             record["touched"] = untouched.changes(before) + elsewhere.found
             if "grad" in exercise.compare or _needs_grad_phase(exercise):
-                grads = _grad_phase(record, exercise, answer, output, args, seed)
+                grads = _grad_phase(record, exercise, answer, output, handed_over, seed)
                 if "grad" in exercise.compare:
                     record.update(grads)
             timer.stop()

@@ -839,11 +839,15 @@ class Tape:
         counts = collections.Counter()
         if self._young is None:
             return counts
-        classes = tuple(_with_subclasses(self.watchlist.classes))
+        # By exact type in a set: `isinstance` against a tuple of every subclass (hundreds for
+        # `autograd.Function`) took 63 s over the 233 000 young objects that
+        # `allow_mutation_on_saved_tensors()` leaves, and the case timed out (adversarial round 7, 04-3).
+        classes = set(_with_subclasses(self.watchlist.classes))
         for instance in gc.get_objects(0):
-            if isinstance(instance, classes) and not isinstance(instance, type):
+            kind = type(instance)
+            if kind in classes:
                 for cls, spec in self.watchlist.classes.items():
-                    if isinstance(instance, cls):
+                    if issubclass(kind, cls):
                         counts[spec] += 1
         if self._young:
             gc.enable()
