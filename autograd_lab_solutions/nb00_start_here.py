@@ -9,6 +9,29 @@ from autograd_lab.checking.variation import choose
 
 # --- 00.cube_grad ---------------------------------------------------------------
 
+def _graph_on_callers_x(x):
+    """Adversarial round 7 (00-2, a): the caller's x made the leaf; where x already requires grad, the checker
+    said "the derivative typed by hand" (the ledger saw the raw argument as a weight), not the changed argument."""
+    x.requires_grad_()
+    (x ** 3).sum().backward()
+    return x.grad
+
+
+def _clone_of_callers_x(x):
+    """Adversarial round 7 (00-2, b): `x.clone()` of an x that requires grad keeps the caller's x in the graph."""
+    t = x.clone().requires_grad_() if not x.requires_grad else x.clone()
+    (t ** 3).sum().backward()
+    return t.grad
+
+
+def _hook_returns_formula(x):
+    """Adversarial round 7: a hook on the leaf returns 3 x^2 (was told "multiplies by a constant", not the hook)."""
+    t = x.detach().clone().requires_grad_()
+    t.register_hook(lambda grad: 3 * t.detach() ** 2)
+    t.sum().backward()
+    return t.grad
+
+
 def cube_grad(x):
     x = x.detach().requires_grad_()
     (x ** 3).sum().backward()
@@ -264,6 +287,9 @@ register(Exercise(
         # The shortcut the prompt forbids: the right numbers, typed as a formula.
         WrongAnswer(lambda x: 3 * x ** 2, expect="typed_formula", note="the formula 3x^2 typed by hand"),
         WrongAnswer(lambda x: 3 * x * x, expect="typed_formula"),
+        WrongAnswer(_graph_on_callers_x, expect="modified_input", note="adversarial round 7 (00-2 a)"),
+        WrongAnswer(_clone_of_callers_x, expect="modified_input", note="adversarial round 7 (00-2 b)"),
+        WrongAnswer(_hook_returns_formula, expect="laundered_formula", note="adversarial round 7: named as the hook"),
         WrongAnswer(_under_no_grad, expect="typed_formula", note="no backward pass ran"),
         WrongAnswer(_backward_for_show, expect="typed_formula", note="a backward pass run for show (round 1)"),
         WrongAnswer(_forged_engine_count, expect="typed_formula", note="the engine's counter forged (round 1)"),

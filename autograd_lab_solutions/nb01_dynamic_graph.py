@@ -486,6 +486,32 @@ def _tanh_without_parent(a):
     return Value(math.tanh(a.data))
 
 
+def _tanh_parent_not_listed(a):
+    """Adversarial round 7: the closure is attached, but the node lists no parent (was told "numerical")."""
+    t = math.tanh(a.data)
+    out = Value(t, (), "tanh")
+
+    def _backward():
+        a.grad += (1 - t * t) * out.grad
+    out._backward = _backward
+    return out
+
+
+def _tanh_closure_called(a):
+    """Adversarial round 7: `out._backward = _backward()` calls the closure and attaches its None."""
+    t = math.tanh(a.data)
+    out = Value(t, (a,), "tanh")
+
+    def _backward():
+        a.grad += (1 - t * t) * out.grad
+    out._backward = _backward()
+    return out
+
+
+def _closure_called(student, reference, args, *, student_run):
+    return "'NoneType' object is not callable" in (student_run.error or "")
+
+
 def _tanh_capitalised(a):
     """Right, with another label: a label is a name, not a method (issue 20: it was called a typed formula)."""
     out = tiny_tanh(a)
@@ -721,6 +747,11 @@ register(Exercise(
                       "float32 (`torch.tensor(a.data)` is float32). Write d tanh(u)/du as a formula, in Python "
                       "floats, and use it in your node's `_backward`.",
                       _only_roughly_right),
+        Misconception("closure_called",
+                      "The engine found `None` where your node's `_backward` should be: writing "
+                      "`_backward()` with parentheses calls the closure once, right away, and stores what it "
+                      "returns, which is `None`. Attach the function itself, without calling it.",
+                      _closure_called),
         Misconception("gradient_stopped",
                       "Your tanh node's `_backward` runs but adds nothing to its input's `.grad`: the gradient "
                       "stops at your node, and only the other uses of x reach it.",
@@ -765,5 +796,9 @@ register(Exercise(
         WrongAnswer(_float32_forward, expect="difference_quotient", note="tanh computed in float32 by torch"),
         WrongAnswer(_tanh_never_attached, expect="typed_formula", note="closure never attached"),
         WrongAnswer(_tanh_without_parent, expect="typed_formula", note="a node without its input"),
+        WrongAnswer(_tanh_parent_not_listed, expect="typed_formula",
+                    note="adversarial round 7: closure attached, no parent listed (was 'numerical derivative')"),
+        WrongAnswer(_tanh_closure_called, expect="error",
+                    note="adversarial round 7: `_backward()` called, not attached (was told about torch's .grad)"),
     ),
 ))

@@ -183,10 +183,13 @@ register(Exercise(
                       lambda s, r, args: _matches(s, _vjp_wrt_x(*args))),
     ),
     # One backward pass whose result is returned, and nothing of the Jacobian's size (m x m x n, more than W).
-    method=(backward_calls(1), uses_autograd(), no_jacobian(limit="input"), autograd_derivative()),
+    # The Jacobian is judged first (adversarial round 7): built row by row it also runs m backward passes,
+    # and "ran 4 backward passes" did not say what was wrong with them.
+    method=(no_jacobian(limit="input"), backward_calls(1), uses_autograd(), autograd_derivative()),
     wrong_answers=(
         # The shortcuts: a full Jacobian (row by row, vectorized, or jacrev), or the derivative typed by hand.
-        WrongAnswer(_vjp_from_full_jacobian, expect="backward_calls"),
+        WrongAnswer(_vjp_from_full_jacobian, expect="jacobian",
+                    note="one backward pass per row: named as the Jacobian it builds (adversarial round 7)"),
         WrongAnswer(_vjp_vectorized_jacobian, expect="jacobian", note="jacobian(..., vectorize=True): one pass"),
         WrongAnswer(_vjp_jacrev, expect="jacobian", note="torch.func.jacrev: one pass"),
         WrongAnswer(_vjp_typed_formula, expect="backward_calls"),
@@ -745,6 +748,12 @@ class _softplus_on_ctx(torch.autograd.Function):
         return grad_output * torch.sigmoid(ctx.x)
 
 
+def _local_derivative_alone(student, reference, args, *, student_run):
+    """The input's gradient is sigmoid(x) itself, whatever cotangent the checker sent down (it is not ones)."""
+    (grad,) = student_run.input_grads
+    return grad is not None and torch.allclose(grad, torch.sigmoid(args[0].detach()), rtol=1e-5, atol=1e-6)
+
+
 def _wrong_backward(return_line):
     """The reference Softplus with its backward's return line replaced."""
     return mutant(Softplus, "return grad_output * torch.sigmoid(x)", return_line)
@@ -759,6 +768,14 @@ register(Exercise(
     compare=("value", "grad"),
     gradcheck=True,
     method=own_function(),   # a Function of one's own whose backward computes the derivative (judged on what ran)
+    # Adversarial round 7 (02-4): the slip hint 3 calls classic got a bare wrong value.
+    misconceptions=(
+        Misconception("forgot_grad_output",
+                      "Your backward ignores the gradient arriving from above: the input's gradient is softplus's "
+                      "local derivative alone, whatever `grad_output` was. backward returns a vector-Jacobian "
+                      "product, so the gradient from above has to enter it.",
+                      _local_derivative_alone),
+    ),
     hints=(
         "forward computes softplus and keeps, through the ctx method the prompt names, the tensor that backward "
         "will need to evaluate the derivative.",
@@ -770,7 +787,8 @@ register(Exercise(
     wrong_answers=(
         WrongAnswer(_wrong_backward("return -grad_output * torch.sigmoid(x)"), expect="sign_flipped"),
         WrongAnswer(_wrong_backward("return 2 * grad_output * torch.sigmoid(x)"), expect="doubled"),
-        WrongAnswer(_wrong_backward("return torch.sigmoid(x)"), expect="wrong_value"),
+        WrongAnswer(_wrong_backward("return torch.sigmoid(x)"), expect="forgot_grad_output",
+                    note="adversarial round 7 (02-4): was a bare wrong value"),
         WrongAnswer(_wrong_backward("return grad_output * torch.exp(x)"), expect="wrong_value"),
         # The shortcuts: PyTorch's own softplus (and its backward), or a backward that asks autograd.
         WrongAnswer(F.softplus, expect="own_function", note="Softplus = F.softplus: not a Function of one's own"),
@@ -850,5 +868,7 @@ register(Exercise(
         WrongAnswer(torch.tensor([-3.0, 0.0, 1.0]), expect="wrong_value",
                     note="a prediction is never told its sign is flipped: that would give the key away"),
         WrongAnswer(torch.tensor([3.0, -1.0]), expect="shape"),
+        WrongAnswer([3.0, 0.0, -1.0], expect="structure",
+                    note="adversarial round 7: a list, told 'expected a single value' in a release; now the tensor asked for"),
     ),
 ))

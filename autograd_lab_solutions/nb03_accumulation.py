@@ -13,10 +13,17 @@ from autograd_lab.checking.variation import choose, generator
 
 def accumulated_grad(w, x, y, k):
     w = w.detach().clone().requires_grad_()
+    held = []
     for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
         loss = F.mse_loss(x_micro @ w, y_micro) / k   # each micro-batch is 1/k of the batch mean
         loss.backward()
-    return w.grad
+        held.append(w.grad.clone())                   # .grad is one tensor that each backward adds into
+    return held
+
+
+# Round 7 (03-r4 item 15): the exercise returned only the final gradient, which cell-019's demo loop
+# computes almost verbatim. It now returns what `.grad` held after each backward call, so the student
+# has to see the running sum (and that `.grad` is one tensor added into in place) rather than copy.
 
 
 def _accumulated_grad_inputs(seed, hidden):
@@ -35,39 +42,79 @@ def _accumulated_grad_inputs(seed, hidden):
     return w, x, y, k
 
 
-def _last_micro_batch_grad(w, x, y, k, divide):
+def _micro_batch_grad(w, x_micro, y_micro, divide):
     w = w.detach().clone().requires_grad_()
-    loss = F.mse_loss(x.chunk(k)[-1] @ w, y.chunk(k)[-1])
-    (loss / k if divide else loss).backward()
+    loss = F.mse_loss(x_micro @ w, y_micro)
+    (loss / divide).backward()
     return w.grad
 
 
-def _keeps_only_last_micro_batch(student, reference, args):
-    return any(torch.allclose(student, _last_micro_batch_grad(*args, divide=divide), atol=1e-6)
-               for divide in (True, False))
+def _keeps_only_own_micro_batch(student, reference, args):
+    """Each entry is its own micro-batch's gradient (divided by k or not), not the sum so far."""
+    w, x, y, k = args
+    return len(student) == k > 1 and any(
+        all(torch.allclose(s, _micro_batch_grad(w, xm, ym, divide), atol=1e-6)
+            for s, xm, ym in zip(student, x.chunk(k), y.chunk(k))) for divide in (k, 1))
+
+
+def _same_tensor_every_time(student, reference, args):
+    """Every entry holds the final sum: `.grad` itself kept k times (one tensor, added into in place)."""
+    return (len(student) == len(reference) > 1 and all(torch.allclose(s, reference[-1], atol=1e-6) for s in student)
+            and not torch.allclose(reference[0], reference[-1], atol=1e-6))
+
+
+def _k_times_each(student, reference, args):
+    """Every entry k times the expected one: the micro-batch means added undivided (k = 2 looks "doubled")."""
+    k = args[3]
+    return len(student) == len(reference) and all(torch.allclose(s, k * r, rtol=1e-5, atol=1e-6)
+                                                  for s, r in zip(student, reference))
 
 
 def _zeroed_inside_loop(w, x, y, k):
     w = w.detach().clone().requires_grad_()
+    held = []
     for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
         w.grad = None                                   # wrong: clears the earlier micro-batches
         (F.mse_loss(x_micro @ w, y_micro) / k).backward()
-    return w.grad
+        held.append(w.grad.clone())
+    return held
 
 
 def _without_division(w, x, y, k):
     w = w.detach().clone().requires_grad_()
+    held = []
     for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
         F.mse_loss(x_micro @ w, y_micro).backward()     # wrong: k times the batch-mean gradient
+        held.append(w.grad.clone())
+    return held
+
+
+def _grad_itself_kept(w, x, y, k):
+    """Round 7: `.grad` appended without a copy: the list holds one tensor k times, the final sum."""
+    w = w.detach().clone().requires_grad_()
+    held = []
+    for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
+        (F.mse_loss(x_micro @ w, y_micro) / k).backward()
+        held.append(w.grad)
+    return held
+
+
+def _demo_loop_copied(w, x, y, k):
+    """Round 7: cell-019's loop as it is, returning the final gradient only."""
+    w = w.detach().clone().requires_grad_()
+    for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
+        (F.mse_loss(x_micro @ w, y_micro) / k).backward()
     return w.grad
 
 
 def _grad_of_non_leaf(w, x, y, k):
     leaf = w.detach().clone().requires_grad_()
+    held = []
     for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
         weights = leaf.clone()                         # an intermediate, not a leaf
         (F.mse_loss(x_micro @ weights, y_micro) / k).backward()
-    return weights.grad                                # wrong: non-leaf tensors keep no .grad
+        held.append(weights.grad)                      # wrong: non-leaf tensors keep no .grad
+    return held
 
 
 def _one_full_batch_backward(w, x, y, k):
@@ -89,9 +136,11 @@ def _full_batch_twice(w, x, y, k):
 def _four_micro_batches(w, x, y, k):
     """A reviewer's shortcut: k ignored, four micro-batches whatever the prompt says."""
     w = w.detach().clone().requires_grad_()
+    held = []
     for x_micro, y_micro in zip(x.chunk(4), y.chunk(4)):
         (F.mse_loss(x_micro @ w, y_micro) * len(x_micro) / len(x)).backward()
-    return w.grad
+        held.append(w.grad.clone())
+    return held
 
 
 def _full_batch_k_times(w, x, y, k):
@@ -220,7 +269,7 @@ MICRO_BATCH_GRAPHS = micro_batches(rows=(1, 2), k=3)
 
 register(Exercise(
     id="03.accumulated_grad",
-    title="The large-batch gradient from k micro-batches",
+    title="The gradient accumulating over k micro-batches",
     answer_name="accumulated_grad",
     reference=accumulated_grad,
     inputs=_accumulated_grad_inputs,
@@ -231,13 +280,28 @@ register(Exercise(
         "the whole mechanism. Each micro-batch needs its own forward pass and its own backward call.",
         "`F.mse_loss` is a mean over the rows it is given. With k micro-batches of equal size, how is "
         "the mean over every row related to the k micro-batch means?",
+        "What you return is a record of `.grad` over time. Is `.grad` a new tensor after each backward "
+        "call, or the same tensor changed in place? What does a list of the same tensor show at the end?",
     ),
     misconceptions=(
         Misconception(
             "last_micro_batch_only",
-            "Your gradient is the last micro-batch's alone: `.grad` was reset inside the loop (a "
-            "`zero_grad` or a fresh leaf per micro-batch). Every backward must add into the same `.grad`.",
-            _keeps_only_last_micro_batch),
+            "Each entry is its own micro-batch's gradient alone, not the sum so far: `.grad` was reset inside "
+            "the loop (a `zero_grad` or a fresh leaf per micro-batch). Every backward must add into the same `.grad`.",
+            _keeps_only_own_micro_batch),
+        Misconception(
+            "same_grad_tensor",
+            "Every entry of your list holds the final sum: you kept `.grad` itself, which is one tensor that each "
+            "backward call adds into in place, so the list holds the same tensor k times. Keep a copy of what it "
+            "holds at that moment.",
+            _same_tensor_every_time),
+        Misconception(
+            "scaled_by_k",
+            "Each entry is k times the expected one, k the number of micro-batches (with k = 2 that looks "
+            "like a gradient counted twice, but it is not): `F.mse_loss` averages over its own micro-batch, so "
+            "each of the k micro-batch means weighs as much as the whole batch's mean. How do the k means "
+            "combine into the mean over every row?",
+            _k_times_each),
     ),
     method=(uses_autograd(), ONE_BACKWARD_PER_MICRO_BATCH, autograd_derivative(), MICRO_BATCH_GRAPHS),
     wrong_answers=(
@@ -255,9 +319,11 @@ register(Exercise(
         WrongAnswer(_passes_for_show_plus_closed_form, expect="laundered_formula", note="round 4 A3: zero passes + formula"),
         WrongAnswer(_on_callers_w, expect="modified_input", note="requires_grad_ on the caller's w"),
         WrongAnswer(_zeroes_inputs, expect="modified_input", note="x and y zeroed after a right answer"),
-        WrongAnswer(_without_division, expect="scaled", note="forgot / k"),
+        WrongAnswer(_without_division, expect="scaled_by_k", note="forgot / k (round 7: 'doubled' at k = 2)"),
         WrongAnswer(_zeroed_inside_loop, expect="last_micro_batch_only"),
         WrongAnswer(_grad_of_non_leaf, expect="none"),
+        WrongAnswer(_grad_itself_kept, expect="same_grad_tensor", note="round 7: .grad kept without a copy"),
+        WrongAnswer(_demo_loop_copied, expect="structure", note="round 7: cell-019's loop, the final gradient only"),
     ),
 ))
 
@@ -315,6 +381,15 @@ def _zeroes_callers_padding(token_losses, masks):
         for losses, mask in zip(token_losses, masks):
             losses[~mask] = 0
     return [losses.sum() / total for losses in token_losses]
+
+
+def _pops_the_lists(token_losses, masks):
+    """Adversarial round 7 (03-2): right values, the caller's lists emptied with `pop` (was told "constants")."""
+    total = sum(int(mask.sum()) for mask in masks)
+    out = []
+    while token_losses:
+        out.append(token_losses.pop(0)[masks.pop(0)].sum() / total)
+    return out
 
 
 def _mask_multiplied(token_losses, masks):
@@ -421,6 +496,8 @@ register(Exercise(
         WrongAnswer(_detached, expect="not_differentiable", note="constants: no gradient reaches the token losses"),
         WrongAnswer(_four_micro_batches_only, expect="error", note="four micro-batches hard-coded"),
         WrongAnswer(_zeroes_callers_padding, expect="modified_input", note="overwrote the caller's token losses"),
+        WrongAnswer(_pops_the_lists, expect="modified_input",
+                    note="adversarial round 7 (03-2): pop empties the caller's lists; was an error of the checker's own grad()"),
     ),
 ))
 

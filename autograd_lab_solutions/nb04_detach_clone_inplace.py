@@ -176,6 +176,16 @@ register(Exercise(
 
 # --- 04.squash ------------------------------------------------------------------
 
+def _squash_mutation_allowed_inside(x):
+    """Adversarial round 7 (04-3): the broken body inside `allow_mutation_on_saved_tensors()` (check() said
+    "timed out": the tape's count of new objects took 63 s over the objects the context leaves)."""
+    with torch.autograd.graph.allow_mutation_on_saved_tensors():
+        y = torch.sigmoid(x)
+        gate = y * x
+        y.mul_(2).sub_(1)
+        return gate + y * x
+
+
 def squash(x):
     y = torch.sigmoid(x)
     gate = y * x
@@ -445,6 +455,8 @@ register(Exercise(
     ),
     wrong_answers=(
         WrongAnswer(_squash_in_place, expect="error", note="the function as given"),
+        WrongAnswer(_squash_mutation_allowed_inside, expect="error",
+                    note="adversarial round 7 (04-3): backward outside the context raises; was reported as a time-out"),
         WrongAnswer(_squash_through_data, expect="edited_through_data", note=".data hides the error"),
         WrongAnswer(_squash_through_numpy, expect="edited_through_data",
                     note="a NumPy view hides it too: the message must not say .data only"),

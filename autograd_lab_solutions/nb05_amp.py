@@ -305,6 +305,13 @@ register(Exercise(
         Misconception("backward_before_forward", "Backward needs the loss, so each micro-batch's forward pass "
                       "(in autocast, with the loss) comes before its scaled backward.",
                       _before("forward_in_autocast", "scale_and_backward")),
+        # Adversarial round 7 (as_clipfirst_only_once): `unscale` in the micro-batch loop got a bare "expected a
+        # list of length 10, got 12" in check(); the cause is GradScaler's own rule, one unscale_ per step.
+        Misconception("unscale_per_micro_batch", "Your step calls unscale more than once: GradScaler allows one "
+                      "`unscale_(optimizer)` between two `update()` calls, and a second one raises RuntimeError "
+                      "(`unscale_() has already been called on this optimizer since the last update()`). The "
+                      "gradients are unscaled once, when the whole window's gradients are in.",
+                      lambda s, r, args: list(s).count("unscale") > 1),
         Misconception("step_inside_window", "scaler.step (or unscale_ or clipping) ran before the last "
                       "micro-batch's backward: the step must use the gradients of the whole window.",
                       lambda s, r, args: any(_before("scale_and_backward", call, last_first=True)(s, r, args)
@@ -350,6 +357,11 @@ register(Exercise(
                     + amp_step_order(1, clip, False)[2:] + ["forward_in_autocast", "scale_and_backward"]
                     * (micro_batches - 1) + (["scheduler_step_unless_skipped"] if schedule else []),
                     expect="step_inside_window", note="steps after the first micro-batch"),
+        WrongAnswer(lambda micro_batches, clip, schedule: (
+            ["forward_in_autocast", "scale_and_backward", "unscale"] * micro_batches + ["clip"] if clip else
+            ["forward_in_autocast", "scale_and_backward"] * micro_batches)
+            + ["scaler_step", "scaler_update"] + (["scheduler_step_unless_skipped"] if schedule else []),
+            expect="unscale_per_micro_batch", note="adversarial round 7: unscale inside the micro-batch loop"),
         WrongAnswer(lambda micro_batches, clip, schedule: [
             "forward_in_autocast", "scale_and_backward"] * micro_batches + (["clip", "unscale"] if clip else [])
             + ["scaler_step", "scaler_update"] + (["scheduler_step_unless_skipped"] if schedule else []),
@@ -484,6 +496,32 @@ def _no_reset(init_scale, found_inf, growth_interval):
 
 # Adversary (adv-05-08-r3, ns_int.py): the backoff written ``scale // 2``, right only on even integers.
 _floor_division_backoff = mutant(next_scales, "scale * 0.5, 0", "scale // 2, 0")
+
+
+def _count_kept_after_growth(init_scale, found_inf, growth_interval):
+    """Adversary round 7 (ns_noreset_growth): the count restarts on an overflow but not after a growth."""
+    scale, clean_steps, scales = init_scale, 0, []
+    for overflow in found_inf:
+        if overflow:
+            scale, clean_steps = scale * 0.5, 0
+        else:
+            clean_steps += 1
+            if clean_steps >= growth_interval:
+                scale *= 2.0
+        scales.append(scale)
+    return scales
+
+
+def _counts_every_step(init_scale, found_inf, growth_interval):
+    """Adversary round 7 (ns_growth_also_on_inf_step): every step counted, a growth on each multiple of the interval."""
+    scale, scales = init_scale, []
+    for step, overflow in enumerate(found_inf, start=1):
+        if overflow:
+            scale *= 0.5
+        elif step % growth_interval == 0:
+            scale *= 2.0
+        scales.append(scale)
+    return scales
 
 
 def _grow_every_step(init_scale, found_inf, growth_interval):
@@ -653,12 +691,20 @@ register(Exercise(
         Misconception("scale_before_update", "Return the scale *after* each update(): the first entry is "
                       "the scale that the second step uses, not `init_scale`.",
                       lambda s, r, args: s != r and s == _scales_before_update(*args)),
+        Misconception("count_kept_after_growth", "After the scale grows, the count of clean steps starts again: "
+                      "the next growth needs another growth_interval clean steps, so your scale doubles too often.",
+                      lambda s, r, args: s != r and s == _count_kept_after_growth(*args)),
+        Misconception("counts_every_step", "The count is of clean steps in a row since the last overflow or growth, "
+                      "not of all the steps taken: a step with an overflow does not count, and it starts the count again.",
+                      lambda s, r, args: s != r and s == _counts_every_step(*args)),
     ),
     wrong_answers=(
         WrongAnswer(_no_reset, expect="tracker_not_reset"),
         WrongAnswer(_grow_every_step, expect="grows_every_step"),
         WrongAnswer(_growth_off_by_one, expect="off_by_one"),
         WrongAnswer(_scales_before_update, expect="scale_before_update"),
+        WrongAnswer(_count_kept_after_growth, expect="count_kept_after_growth", note="adversary round 7 (ns_noreset_growth)"),
+        WrongAnswer(_counts_every_step, expect="counts_every_step", note="adversary round 7 (ns_growth_also_on_inf_step)"),
         WrongAnswer(_floor_division_backoff, expect="floor_division",
                     note="adversary round 4 (ns_int): public and hidden cases start at 1.5 x 2^-k"),
         WrongAnswer(lambda init_scale, found_inf, growth_interval: [init_scale] * len(found_inf),

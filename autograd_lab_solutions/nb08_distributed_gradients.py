@@ -430,6 +430,13 @@ def _pops_the_last(model, micro_batches):
     (F.mse_loss(model(x_last), y_last) * len(x_last) / rows).backward()
 
 
+def _extra_pass_to_sync(model, micro_batches):
+    """Adversarial round 7 (ac_zero_extra): every micro-batch under no_sync, then a zero loss for show to all-reduce."""
+    _never_synced(model, micro_batches)
+    x, _ = micro_batches[-1]
+    (model(x[:1]).sum() * 0).backward()
+
+
 def _one_big_batch(model, micro_batches):
     x = torch.cat([x for x, _ in micro_batches])
     y = torch.cat([y for _, y in micro_batches])
@@ -505,6 +512,11 @@ def _fewer_forwards(student, reference, args):
     rows = _counts(student, "forward_rows")
     return (rows is not None and all(0 < len(r) < _k(args) for r in rows)
             and not _bypassed_ddp(student, reference, args))
+
+
+def _extra_forwards(student, reference, args):
+    rows = _counts(student, "forward_rows")
+    return rows is not None and all(len(r) > _k(args) for r in rows)
 
 
 def _fewer_backwards(student, reference, args):
@@ -596,6 +608,13 @@ register(Exercise(
                       "The model ran fewer forwards than there are micro-batches: the micro-batches were joined "
                       "into one batch, which is what accumulation exists to avoid (it would not fit in memory).",
                       _fewer_forwards),
+        # Adversarial round 7 (ac_zero_extra): a bare "['forward_rows'][0]: expected a list of length 3, got 4".
+        Misconception("extra_forward",
+                      "The model ran more forwards than there are micro-batches: a pass of its own (a zero loss, "
+                      "say) to make DDP all-reduce what the micro-batches accumulated is one forward and backward "
+                      "more per step than accumulation needs. The all-reduce belongs to a backward you already "
+                      "run: the one that completes the sum.",
+                      _extra_forwards),
         Misconception("one_backward",
                       "One forward per micro-batch but fewer backward passes: the losses were added and "
                       "backpropagated together, which keeps every micro-batch's graph in memory at once. Call "
@@ -623,6 +642,8 @@ register(Exercise(
         WrongAnswer(_sync_middle, expect="synced_early"),
         WrongAnswer(_one_big_batch, expect="one_big_batch", note="issue 20: no accumulation, no no_sync"),
         WrongAnswer(_one_backward, expect="one_backward"),
+        WrongAnswer(_extra_pass_to_sync, expect="extra_forward",
+                    note="adversarial round 7 (ac_zero_extra): a zero-loss pass for show to trigger the all-reduce"),
         WrongAnswer(_divide_by_count, expect="weighted_by_count", note="the notebook's / K: right for equal sizes"),
         WrongAnswer(_no_division, expect="not_divided"),
         WrongAnswer(_pops_the_last, expect="modified_input",

@@ -324,7 +324,8 @@ def _vjp_by_torch_func(W, x, v):
 
 def _micro_batch_grads_summed(w, x, y, k):
     w = w.detach().clone().requires_grad_()
-    return sum(torch.autograd.grad(F.mse_loss(xm @ w, ym) / k, w)[0] for xm, ym in zip(x.chunk(k), y.chunk(k)))
+    grads = [torch.autograd.grad(F.mse_loss(xm @ w, ym) / k, w)[0] for xm, ym in zip(x.chunk(k), y.chunk(k))]
+    return list(torch.stack(grads).cumsum(0))       # the running sums, added by hand
 
 
 def _zero_grad_after_step(w0, x, y, lr, steps, k):
@@ -352,9 +353,11 @@ def _vjp_create_graph_detached(W, x, v):
 
 def _accumulated_create_graph_detached(w, x, y, k):
     wl = w.detach().clone().requires_grad_()
+    held = []
     for xm, ym in zip(x.chunk(k), y.chunk(k)):
         (F.mse_loss(xm @ wl, ym) / k).backward(create_graph=True)
-    return wl.grad.detach()
+        held.append(wl.grad.detach().clone())
+    return held
 
 
 def _cube_through_a_view(x):
