@@ -92,9 +92,9 @@ def _compare_container(student, reference, where, tolerance, state, grads):
     if kind in ("tuple", "list"):
         if not _is_kind(student, "tuple", "list"):
             return Finding("structure", f"{where}: expected a {describe(reference)}, got {describe(student)}.")
-        if len(student["items"]) != len(reference["items"]):
-            return Finding("structure", f"{where}: expected a {kind} of length {len(reference['items'])}, "
-                                        f"got length {len(student['items'])}.")
+        if len(student["items"]) != len(reference["items"]):   # the expected length can be the answer (05.amp_step_order)
+            return Finding("structure", f"{where}: expected a {kind} of another length (yours has "
+                                        f"{len(student['items'])} {'entry' if len(student['items']) == 1 else 'entries'}).")
         pairs = [(f"{where}[{i}]", s, r) for i, (s, r) in enumerate(zip(student["items"], reference["items"]))]
     elif kind in ("dict", "module"):
         field = "items" if kind == "dict" else "parameters"
