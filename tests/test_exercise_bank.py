@@ -722,3 +722,204 @@ def test_round7_a_pool_worker_is_refused_and_a_library_thread_is_not():
         idle.set()
         thread.join()
     assert result.status == "passed" and result.hidden_passed == result.hidden_total, repr(result)
+
+
+# --- round 7 (adv-00-04-r6, 00-1, 02-1, 03-1, 03-3): a copy of the input made where no op runs ----------------
+# The derivative typed from a copy the ledger did not follow (pickle, torch.save, a raw memory copy, the bytes of
+# the storage), then laundered through a backward pass: the ledger judges such memory by its contents.
+
+def _pickled(t):
+    import pickle
+    return pickle.loads(pickle.dumps(t.detach()))
+
+
+def _saved_and_loaded(t):
+    import io
+    buffer = io.BytesIO()
+    torch.save(t.detach(), buffer)
+    buffer.seek(0)
+    return torch.load(buffer)
+
+
+def _memmoved(t):
+    import ctypes
+    t = t.detach()
+    copy = torch.empty_like(t)
+    ctypes.memmove(copy.data_ptr(), t.data_ptr(), t.numel() * t.element_size())
+    return copy
+
+
+def _from_storage_bytes(t):
+    t = t.detach()
+    return torch.frombuffer(bytearray(bytes(t.untyped_storage())), dtype=t.dtype).reshape(t.shape)
+
+
+def _float32_pickled(t):
+    return _pickled(t.float()).to(t.dtype)
+
+
+def _entry_by_entry(t):
+    return torch.stack([_pickled(v.clone()) for v in t.detach().reshape(-1)]).reshape(t.shape)
+
+
+def _cube_from_copy(copy):
+    def cube_grad(x):
+        w = copy(x)
+        t = x.detach().clone().requires_grad_()
+        (t * 3 * w * w).sum().backward()          # d/dt sum(3 w^2 t) = 3 x^2: the formula as a weight
+        return t.grad
+    return cube_grad
+
+
+def _cube_formula_written_raw(x):
+    """3x^2 computed in NumPy from the storage's bytes and moved into a tensor torch made: a raw write."""
+    import ctypes
+    import numpy as np
+    values = np.frombuffer(bytes(x.detach().untyped_storage()), dtype=np.float64)
+    formula = np.ascontiguousarray(3 * values * values)
+    w = torch.zeros_like(x.detach())
+    ctypes.memmove(w.data_ptr(), formula.ctypes.data, formula.nbytes)
+    t = x.detach().clone().requires_grad_()
+    (t * w + 0 * t * t).sum().backward()
+    return t.grad
+
+
+def _vjp_from_copy(copy, as_weight=False):
+    def vjp_without_jacobian(W, x, v):
+        local = v * (1 - torch.tanh(copy(W) @ x) ** 2)       # the typed local derivative
+        leaf = W.detach().clone().requires_grad_()
+        if as_weight:
+            ((leaf @ x) * local).sum().backward()
+        else:
+            (leaf @ x).backward(local)
+        return leaf.grad
+    return vjp_without_jacobian
+
+
+def _returns_held_gradients():
+    exercise = next(e for e in EXERCISES if e.id == "03.accumulated_grad")
+    return isinstance(exercise.reference(*exercise.inputs(exercise.public_seeds[0], False)), (list, tuple))
+
+
+def _accumulated_from_copy(copy):
+    held_each_time = _returns_held_gradients()
+
+    def accumulated_grad(w, x, y, k):
+        typed_from = copy(w)
+        leaf = w.detach().clone().requires_grad_()
+        held = []
+        for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
+            typed = 2 * x_micro.T @ (x_micro @ typed_from - y_micro) / x.shape[0]     # the MSE gradient by hand
+            ((leaf * typed).sum() + 0 * F.mse_loss(x_micro @ leaf, y_micro)).backward()
+            held.append(leaf.grad.clone())
+        return held if held_each_time else leaf.grad
+    return accumulated_grad
+
+
+def _train_from_copy(copy):
+    def train(w0, x, y, lr, steps, k):
+        w = w0.detach().clone().requires_grad_()
+        optimizer = torch.optim.SGD([w], lr=lr)
+        for _ in range(steps):
+            optimizer.zero_grad()
+            typed_from = copy(w)
+            for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
+                typed = 2 * x_micro.T @ (x_micro @ typed_from - y_micro) / x.shape[0]
+                ((w * typed).sum() + 0 * F.mse_loss(x_micro @ w, y_micro)).backward()
+            optimizer.step()                      # steps on the laundered .grad
+        return w.detach()
+    return train
+
+
+_COPY_ROUTES = {
+    "cube-pickle": ("00.cube_grad", _cube_from_copy(_pickled)),
+    "cube-torch.save": ("00.cube_grad", _cube_from_copy(_saved_and_loaded)),
+    "cube-memmove": ("00.cube_grad", _cube_from_copy(_memmoved)),
+    "cube-storage-bytes": ("00.cube_grad", _cube_from_copy(_from_storage_bytes)),
+    "cube-float32-pickle": ("00.cube_grad", _cube_from_copy(_float32_pickled)),
+    "cube-entry-by-entry": ("00.cube_grad", _cube_from_copy(_entry_by_entry)),
+    "cube-formula-written-raw": ("00.cube_grad", _cube_formula_written_raw),
+    "vjp-pickle-gradient": ("02.vjp", _vjp_from_copy(_pickled)),
+    "vjp-memmove-weight": ("02.vjp", _vjp_from_copy(_memmoved, as_weight=True)),
+    "accumulated-pickle": ("03.accumulated_grad", _accumulated_from_copy(_pickled)),
+    "accumulated-torch.save": ("03.accumulated_grad", _accumulated_from_copy(_saved_and_loaded)),
+    "train-pickle": ("03.train", _train_from_copy(_pickled)),
+    "train-memmove": ("03.train", _train_from_copy(_memmoved)),
+}
+
+
+@pytest.mark.parametrize("route", list(_COPY_ROUTES))
+def test_round7_a_derivative_typed_from_an_untracked_copy_is_refused_in_check_and_grading(route):
+    exercise_id, answer = _COPY_ROUTES[route]
+    exercise = next(e for e in EXERCISES if e.id == exercise_id)
+    student, reference = _records(exercise, answer), _bank_records(exercise, None)
+    graded = judge(exercise, student, reference)
+    public = judge(exercise, {s: student[s] for s in exercise.public_seeds},
+                   {s: reference[s] for s in exercise.public_seeds})
+    assert graded.hidden_passed == 0 and graded.misconception == "laundered_formula", repr(graded)
+    assert public.status != "passed" and public.public_passed == 0, repr(public)
+    assert "copied from the input outside autograd" in " ".join(public.messages)
+
+
+def _cube_leaf_pickled(x):
+    leaf = _pickled(x).requires_grad_()           # a copy made by pickle is a fresh leaf, as a clone is
+    (leaf ** 3).sum().backward()
+    return leaf.grad
+
+
+def _cube_numpy_assert_and_accumulator(x):
+    import numpy as np
+    assert np.isfinite(x.detach().numpy()).all()
+    total = torch.zeros_like(x.detach())
+    leaf = x.detach().clone().requires_grad_()
+    (leaf * leaf * leaf).sum().backward()
+    total += leaf.grad
+    return total
+
+
+def _vjp_float64_with_pickled_v(W, x, v):
+    leaf = W.detach().double().requires_grad_()
+    (torch.tanh(leaf @ x.double()) * _pickled(v).double()).sum().backward()     # v is data: a copy of it is too
+    return leaf.grad.to(W.dtype)
+
+
+def _vjp_numpy_assert(W, x, v):
+    assert W.detach().numpy().shape[1] == x.numpy().shape[0]
+    leaf = W.detach().requires_grad_()
+    (grad,) = torch.autograd.grad(torch.tanh(leaf @ x), leaf, grad_outputs=v)
+    return grad
+
+
+def _accumulated_float64_printing(w, x, y, k, held_each_time=_returns_held_gradients()):
+    leaf = w.detach().clone().requires_grad_()
+    held = []
+    for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
+        loss = ((x_micro.double() @ leaf.double() - y_micro.double()) ** 2).mean().float() / k
+        print("micro-batch loss", loss)
+        loss.backward()
+        held.append(leaf.grad.clone())
+    return held if held_each_time else leaf.grad
+
+
+def _train_numpy_check_pickled_result(w0, x, y, lr, steps, k):
+    import numpy as np
+    w = w0.detach().clone().requires_grad_()
+    optimizer = torch.optim.SGD([w], lr=lr)
+    for _ in range(steps):
+        for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
+            (F.mse_loss(x_micro @ w, y_micro) / k).backward()
+        assert np.isfinite(w.grad.numpy()).all()
+        optimizer.step()
+        w.grad = None
+    return _pickled(w)
+
+
+@pytest.mark.parametrize("exercise_id,answer", [
+    ("00.cube_grad", _cube_leaf_pickled), ("00.cube_grad", _cube_numpy_assert_and_accumulator),
+    ("02.vjp", _vjp_float64_with_pickled_v), ("02.vjp", _vjp_numpy_assert),
+    ("03.accumulated_grad", _accumulated_float64_printing), ("03.train", _train_numpy_check_pickled_result),
+], ids=["cube-pickled-leaf", "cube-numpy-assert-accumulator", "vjp-float64-pickled-v", "vjp-numpy-assert",
+        "accumulated-float64-print", "train-numpy-assert-pickled-result"])
+def test_round7_correct_answers_that_copy_or_export_values_pass_public_and_hidden(exercise_id, answer):
+    result = _check_everything(next(e for e in EXERCISES if e.id == exercise_id), answer)
+    assert result.status == "passed" and result.hidden_total and result.hidden_passed == result.hidden_total, repr(result)

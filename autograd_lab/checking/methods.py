@@ -178,16 +178,18 @@ def autograd_derivative(wrt=0):
             return ("your answer registered a gradient hook on a value computed from the input: a hook rewrites "
                     "the derivative autograd computes. Let autograd differentiate the function as it is.")
         if laundered.get("gradient"):
-            return ("the `gradient=` (or `grad_outputs`) you passed to the backward pass was computed from the "
-                    "input's values outside autograd: that is the derivative typed by hand, and the backward "
-                    "pass only carried it to `.grad`. Backpropagate from the function itself, with the "
-                    "cotangent the prompt gives (ones for a sum).")
+            return ("the `gradient=` (or `grad_outputs`) you passed to the backward pass was computed from "
+                    + (_COPIED if facts.get("copied_outside") else "the input's values outside autograd") +
+                    ": that is the derivative typed by hand, and the backward pass only carried it to `.grad`. "
+                    "Backpropagate from the function itself, with the cotangent the prompt gives (ones for a sum).")
         if laundered.get("weight"):
-            return ("the graph you backpropagated through multiplies by a value computed from the input that "
-                    "autograd treats as a constant (detached, `.data`, under `no_grad`, through an op whose "
-                    "derivative is zero such as `round`, an integer cast, or rebuilt from Python numbers): that "
-                    "constant is the derivative typed by hand. Build the function itself from your leaf and let "
-                    "autograd differentiate it.")
+            how = (f"{_COPIED} (or computed from one), which autograd treats as a constant" if facts.get("copied_outside") else
+                   "computed from the input that autograd treats as a constant (detached, `.data`, under `no_grad`, "
+                   "through an op whose derivative is zero such as `round`, an integer cast, or rebuilt from Python "
+                   "numbers)")
+            return (f"the graph you backpropagated through multiplies by a value {how}: that constant is the "
+                    "derivative typed by hand. Build the function itself from your leaf and let autograd "
+                    "differentiate it.")
         if laundered.get("output"):
             return ("the value you returned is not only what autograd produced: it was computed with the input's "
                     "values besides the gradient (a formula multiplied or added in, with grad mode on or off). "
@@ -213,6 +215,11 @@ def autograd_derivative(wrt=0):
         tag="laundered_formula", origin=_made("autograd_derivative", wrt=wrt))
 
 
+# A copy the provenance ledger recognised by its contents (``provenance.Provenance._sight``).
+_COPIED = ("a value copied from the input outside autograd (`pickle`, `torch.save`, a raw memory copy, the bytes "
+           "of its storage, a file: the checker recognises the input's values however they were copied)")
+
+
 def steps_on_autograd_grads(wrt=0):
     """Every ``.grad`` an optimizer's ``step`` applies is the engine's product, not a formula written into it.
 
@@ -224,6 +231,10 @@ def steps_on_autograd_grads(wrt=0):
     return Method(
         name="gradients autograd computed, applied by the optimizer",
         holds=lambda facts: not (facts.get("laundered") or {}).get("step"),
+        explain=lambda facts: (f"the `.grad` your optimizer stepped on was computed with {_COPIED}: the backward "
+                               "passes only carried a gradient worked out by hand. Let each micro-batch's loss, "
+                               "computed from your weights, fill `.grad`, then call `step()`."
+                               if facts.get("copied_outside") else None),
         watch=tuple(f"wrt:{index}" for index in wrt) + ("code:torch.optim",),
         message=("the `.grad` your optimizer stepped on was not what the backward passes produced: it was "
                  "changed with values computed from the weights or the data (a gradient formula written into "

@@ -63,6 +63,11 @@ _ZERO_DERIVATIVE = frozenset(f"aten::{name}" for name in (
     "fix_", "sign_", "sgn_", "floor_divide", "remainder", "fmod", "bucketize", "searchsorted", "argmax", "argmin",
     "argsort", "heaviside"))
 _MAX_COMPARED = 1 << 16     # a foreign tensor larger than this is judged foreign without comparing values
+# Ops whose output memory is uninitialised: what it holds is no value until something writes into it.
+_UNINITIALISED = frozenset(f"aten::{name}" for name in (
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"))
+# The float types a copy of the input is looked for in (a float32 round trip of a float64 input, and back).
+_COPY_DTYPES = (torch.float64, torch.float32)
 
 
 def _key(tensor):
@@ -75,6 +80,34 @@ def _key(tensor):
 
 def _floating(tensor):
     return tensor.is_floating_point() or tensor.is_complex()
+
+
+def _readable(storage):
+    """Memory the ledger can read: not too large, and not one of the storages Python may not touch."""
+    try:      # (a dual tensor's internals: reading them through ``set_`` crashes the process)
+        return 0 < storage.nbytes() <= 8 * _MAX_COMPARED and storage.data_ptr() != 0
+    except RuntimeError:
+        return False
+
+
+def _bytes_of(storage):
+    """A storage's bytes as a uint8 tensor (call with the dispatch mode off)."""
+    return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+
+
+def _typed(storage, dtype):
+    """A storage's bytes read as ``dtype`` values, or ``None`` where they do not divide into them."""
+    size = torch.empty((), dtype=dtype).element_size()
+    if storage.nbytes() % size:
+        return None
+    return torch.empty(0, dtype=dtype, device=storage.device).set_(storage, 0, (storage.nbytes() // size,))
+
+
+def _distinctive(values):
+    """Two or more distinct finite values that are not whole numbers: contents that can identify a copy."""
+    values = values[torch.isfinite(values)]
+    values = values[values != values.round()]
+    return values.numel() >= 2 and bool((values != values[0]).any())
 
 
 def _forward_ad_level():
@@ -112,6 +145,16 @@ class Provenance:
         self.leaves = {}                        # tensor id -> tensor: leaves holding the input's values, recorded
         self.origins = {}                       # tensor id or storage id -> (frozenset of leaf ids, kept alive)
         self.gradient_of = {}                   # storage id of a gradient autograd.grad returned -> its leaf
+        # Non-leaves holding the input's values (``x.clone()``, ``x * 1``, ``x.view_as(x)`` of an x that requires
+        # grad): a pass may differentiate with respect to one, so each is an origin of its own, over its parents'.
+        self.holders = {}                       # tensor id -> (tensor, frozenset of its parents' origins)
+        # Memory of unknown origin as the ledger last saw it (storage id -> (storage, its bytes)): a copy of the
+        # input made where no op runs (pickle, torch.save, a raw memory copy, a file) is judged by its contents.
+        self.sighted = {}
+        self.copies = 0                         # memory judged a copy of the input (or derived) by its contents
+        self.reads_before_ops = False           # the tape calls ``reading`` before each op
+        self.fingerprints = [t.detach().reshape(-1) for t in wrt if _floating(t) and t.numel() <= _MAX_COMPARED]
+        self.tainted = set()                    # storage ids of engine products a laundered value went into
         for tensor in wrt:
             key, storage = _key(tensor)
             if key is not None:
@@ -122,10 +165,19 @@ class Provenance:
 
     # forward: called for every op outside the engine's backward
     def forward(self, name, inputs, outputs, grad_on):
+        self._read_after(inputs, outputs)
+        self._follow(name, inputs, outputs, grad_on)
+        if not self.in_transform:
+            for tensor in outputs:              # a value no op computed from a known one: judged by its contents
+                self._sight(tensor, written_by_op=True, uninitialised=name in _UNINITIALISED)
+
+    def _follow(self, name, inputs, outputs, grad_on):
         keys = [_key(t) for t in outputs]
         self.seen.update(key for key, _ in keys)
         if name in _METADATA:
             return
+        if name == "aten::_local_scalar_dense" and inputs and self._known(_key(inputs[0])[0]):
+            self.exported = True                # one number to Python (``bytes(x.untyped_storage())`` reads each byte so)
         if name in _ALIASES and inputs and self._engine_product(_key(inputs[0])[0]):
             return      # a detached alias of the engine's product is its product (create_graph=True, then .detach())
         if name == "aten::lift_fresh":
@@ -149,6 +201,7 @@ class Provenance:
                         self.leaves[tensor._cdata] = tensor
             if name != "aten::detach":      # a detached alias is out of the leaf's graph
                 self._pass_origins(inputs, outputs)
+                self._hold(inputs, outputs)
             for tensor, (key, storage) in zip(outputs, keys):
                 if from_derived or name in _ZERO_DERIVATIVE or not _floating(tensor):
                     self._mark([(key, storage)], self.derived)   # cut from the graph: a constant to backward
@@ -176,6 +229,83 @@ class Provenance:
                     continue
                 table = self.inputs if self._copies_input(tensor, inputs) else self.derived
                 self._mark([(key, storage)], table)
+
+    # memory written where no op runs: called by the tape before every op
+    def reading(self, tensors):
+        """Before an op runs (the tape calls it): what it reads that changed since the ledger last looked."""
+        self.reads_before_ops = True
+        if not self.in_transform:
+            for tensor in tensors:
+                self._sight(tensor, written_by_op=False)
+
+    def _read_after(self, inputs, outputs):
+        """Where the tape does not call ``reading``: the op's inputs it did not write, judged after it ran."""
+        if not self.reads_before_ops and not self.in_transform:
+            written = {_key(tensor)[0] for tensor in outputs}
+            for tensor in inputs:
+                if _key(tensor)[0] not in written:
+                    self._sight(tensor, written_by_op=False)
+
+    def _sight(self, tensor, *, written_by_op, uninitialised=False):
+        """Judge memory of unknown origin by its contents when it is new to the ledger or changed behind its back.
+
+        A copy of the input's (or of a value computed from it) made by a route no op runs on (pickle,
+        ``torch.save``, ``ctypes.memmove``, ``frombuffer`` of its bytes, a file, shared memory) holds the same
+        bytes, or the input's values in another float type or order: it is the input (or derived), as a
+        ``clone`` is.  Memory an op wrote that changed before the next op read it was written outside torch
+        (a raw copy, a NumPy view): values of its own there are a derivative computed elsewhere (foreign).
+        """
+        key, storage = _key(tensor)
+        if (key is None or key in self.inputs or key in self.derived or key in self.tracked
+                or key in self.engine_products or not _floating(tensor)):
+            return
+        last = self.sighted.get(key)        # (storage, a uint8 view of it, its bytes when last seen)
+        with torch._C._DisableTorchDispatch():
+            if last is not None and last[1].numel() == storage.nbytes() and torch.equal(last[1], last[2]):
+                return                          # as the ledger last saw it
+            if not _readable(storage):
+                return
+            now = _bytes_of(storage)
+            self.sighted[key] = (storage, now, now.clone())
+            if uninitialised:
+                return
+            kind = self._copy_of(storage, now)
+            behind_its_back = not written_by_op and (last is not None or key not in self.seen)
+            if kind is None and behind_its_back and self._classify_foreign(tensor) == "foreign":
+                kind = "derived"
+        if kind is not None:                    # the input's values went where no op follows them
+            self.copies += 1
+            self.exported = True
+        if kind == "input":
+            self.inputs[key] = storage
+        elif kind == "derived":
+            self._mark([(key, storage)], self.derived)
+
+    def _copy_of(self, storage, raw):
+        """``"input"``/``"derived"``: memory holding a known value's bytes, or entries of the input's values."""
+        typed = [(dtype, _typed(storage, dtype)) for dtype in _COPY_DTYPES]
+        typed = [(dtype, values) for dtype, values in typed if values is not None and _distinctive(values)]
+        if not typed:
+            return None                         # zeros, ones, whole numbers: no fingerprint
+        for table, kind in ((self.inputs, "input"), (self.derived, "derived"), (self.tracked, "derived")):
+            for other in list(table.values()):
+                if (other.nbytes() == raw.numel() and other.device == storage.device and _readable(other)
+                        and torch.equal(_bytes_of(other), raw)):
+                    return kind
+        for values in self._current_inputs():
+            for dtype, here in typed:
+                if values.device != here.device:
+                    continue
+                wanted = values.to(dtype)
+                wanted = wanted[torch.isfinite(wanted) & (wanted != wanted.round())]
+                if torch.unique(here[torch.isin(here, wanted)]).numel() >= 2:
+                    return "input"              # two or more of the input's own values: a copy, cast or cut
+        return None
+
+    def _current_inputs(self):
+        """The input's values as given and as the leaves made from it hold them now (an optimizer moves them)."""
+        return self.fingerprints + [leaf.detach().reshape(-1) for leaf in self.leaves.values()
+                                    if _floating(leaf) and leaf.numel() <= _MAX_COMPARED]
 
     def _copies_input(self, tensor, inputs):
         if tensor.numel() > _MAX_COMPARED:
@@ -210,6 +340,7 @@ class Provenance:
 
     def exporting(self, tensor):
         """Called by the tape's function mode for ``tolist``, ``numpy``, ``item``, ``float(...)``."""
+        self._sight(tensor, written_by_op=False)     # a copy made where no op runs, on its way to Python
         key = _key(tensor)[0]
         if key in self.inputs or key in self.derived or key in self.tracked:
             self.exported = True
@@ -268,13 +399,18 @@ class Provenance:
             self.runs_unread += 1
 
     def backward(self, inputs, outputs):
+        self._read_after(inputs, outputs)
         self._pass_origins(inputs, outputs)
+        tainted = False
         for tensor in inputs:
             key = _key(tensor)[0]
+            tainted = tainted or key in self.tainted
             if self._laundered(tensor, as_weight=True):
                 self.found["weight"] += 1
+                tainted = True
             elif tensor._cdata in self.cut:
                 self.found["weight"] += 1       # a recorded value cut from the graph (.detach(), .data)
+                tainted = True
             elif self._read and (key in self.tracked and key not in self.inputs
                                  or tensor._cdata in self.tracked_ids):
                 self._read[-1] = True
@@ -283,6 +419,11 @@ class Provenance:
             self.seen.add(key)
             self.tracked.pop(key, None)
             self.engine_products.add(key)
+            if tainted:                         # ... computed with a laundered derivative (an optimizer may step on it)
+                self.tainted.add(key)
+
+    def _known(self, key):
+        return key in self.inputs or key in self.derived or key in self.tracked
 
     def _engine_product(self, key):
         return key is not None and key in self.engine_products and key not in self.derived and key not in self.tracked
@@ -311,9 +452,9 @@ class Provenance:
             elif self._other_leaves(tensor):
                 self.found["other_leaf"] += 1
 
-    # origins: which leaves holding the input's values a value was computed from
+    # origins: which leaves (and non-leaves) holding the input's values a value was computed from
     def _origins_of(self, tensor):
-        if tensor._cdata in self.leaves:
+        if tensor._cdata in self.leaves or tensor._cdata in self.holders:
             return frozenset((tensor._cdata,))
         found = self.origins.get(("tensor", tensor._cdata)) or self.origins.get(_key(tensor)[0])
         return found[0] if found else frozenset()
@@ -328,6 +469,45 @@ class Provenance:
             if key is not None and key not in self.inputs:      # a view of the input: its own tensor only
                 self.origins[key] = (origins, storage)
 
+    def _hold(self, inputs, outputs):
+        """A recorded op's output equal to a leaf or non-leaf holding the input's values becomes a holder.
+
+        Where x requires grad, ``x.clone()`` (or ``x * 1``, ``x + 0``, ``x.view_as(x)``) is a non-leaf of x's
+        graph, and ``torch.autograd.grad(f(xl), xl)`` (or ``xl.retain_grad()``) differentiates with respect to
+        it: what is computed from it is its own graph, not a second copy of the input (``_other_leaves``).
+        """
+        sources = [t for t in inputs if t._cdata in self.leaves or t._cdata in self.holders]
+        if self.in_transform or not sources:
+            return
+        parents = frozenset().union(*(self._origins_of(t) for t in inputs))
+        for tensor in outputs:
+            # (autograd records the op above the dispatch mode: the output's grad_fn is not set yet)
+            if tensor._cdata in self.holders or not _floating(tensor) or tensor.numel() > _MAX_COMPARED:
+                continue
+            with torch._C._DisableTorchDispatch():
+                if not any(s.shape == tensor.shape and s.dtype == tensor.dtype
+                           and torch.equal(s.detach(), tensor.detach()) for s in sources):
+                    continue
+            self.holders[tensor._cdata] = (tensor, parents)
+            key, storage = _key(tensor)
+            if key is not None and key not in self.inputs:      # (a view of the input: its own tensor only)
+                self.origins[key] = (frozenset((tensor._cdata,)), storage)
+
+    def _roots(self, origins, target=None):
+        """The leaves ``origins`` come down to through the holders' parents, a path stopping where it reaches ``target``."""
+        roots, stack, visited = set(), list(origins), set()
+        while stack:
+            origin = stack.pop()
+            if origin == target or origin in visited:
+                continue
+            visited.add(origin)
+            holder = self.holders.get(origin)
+            if holder is None:
+                roots.add(origin)
+            else:
+                stack.extend(holder[1])
+        return roots
+
     def gradients(self, inputs, results):
         """``torch.autograd.grad``'s results, each the gradient of the input at its place."""
         for leaf, result in zip(inputs, results):
@@ -341,6 +521,9 @@ class Provenance:
         is the engine's product and every value it read was recorded, yet it is ``3 z^2`` typed by hand,
         taken from ``z``'s graph as a weight.  A gradient whose leaf is not known (a ``torch.func``
         transform's, a forward-mode tangent) may come from the arguments' own graph, never another's.
+        The leaf may be a non-leaf holding the input's values (``autograd.grad`` with respect to
+        ``x.clone()``, a retained ``.grad``): what is computed from it is its graph; what is computed from
+        the tensor it was copied from, or from another copy, is not.
         """
         origins = self._origins_of(tensor)
         if not origins:
@@ -348,12 +531,14 @@ class Provenance:
         key = _key(tensor)[0]
         leaf = self.gradient_of.get(key)
         if leaf is None:
-            leaf = next((leaf for leaf in self.leaves.values()
-                         if torch.is_tensor(leaf.grad) and _key(leaf.grad)[0] == key), None)
+            candidates = list(self.leaves.values()) + [holder for holder, _ in self.holders.values()
+                                                       if holder.retains_grad]
+            leaf = next((leaf for leaf in candidates if torch.is_tensor(leaf.grad) and _key(leaf.grad)[0] == key),
+                        None)
         if leaf is not None:
-            return bool(origins - {leaf._cdata})
+            return bool(self._roots(origins, leaf._cdata))
         arguments = {argument._cdata for argument in self.arguments}
-        return bool({origin for origin in origins if origin not in arguments})
+        return bool(self._roots(origins) - arguments)
 
     def _from_input(self, tensor):
         """Computed from the input's values by ops outside the engine, recorded or not (a tangent aside)."""
@@ -386,11 +571,12 @@ class Provenance:
         """An optimizer is about to apply these parameters' ``.grad``: each must be the engine's product."""
         for parameter in parameters:
             grad = getattr(parameter, "grad", None)
-            if torch.is_tensor(grad) and self._from_input(grad):
+            if torch.is_tensor(grad) and (self._from_input(grad) or _key(grad)[0] in self.tainted):
                 self.found["step"] += 1
 
     def facts(self):
         # A pass that read nothing recorded from the input differentiated a function linear in it:
         # a wrong function (the values tell), unless the input's values went to Python first,
         # where a derivative can be computed number by number and typed back in.
-        return {"laundered": dict(self.found), "passes_linear_in_input": self.runs_unread if self.exported else 0}
+        return {"laundered": dict(self.found), "passes_linear_in_input": self.runs_unread if self.exported else 0,
+                "copied_outside": self.copies}

@@ -283,8 +283,10 @@ class _Ops(TorchDispatchMode):
         kwargs = kwargs or {}
         node = torch._C._current_autograd_node()
         grad_on = torch.is_grad_enabled()
-        out = func(*args, **kwargs)
         tape = self.tape
+        if tape.provenance is not None:     # memory written outside torch since the last op is judged before it is read
+            tape.provenance.reading(_tensors((args, kwargs)))
+        out = func(*args, **kwargs)
         name = tape.op_name(func)
         outputs = _tensors(out)
         if tape.provenance is not None:
