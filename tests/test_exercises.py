@@ -185,6 +185,20 @@ def test_round_7_slips_get_their_own_cause():
         assert not any("typed by hand" in message for message in result.messages), repr(result)
 
 
+
+def test_round_7_tiny_engine_slips_get_their_own_cause():
+    """01.tiny_tanh: a node without parents is named as such (was "numerical"); a closure called instead of
+    attached gets the exercise's cause and not the generic `.grad` advice; a list's expected length is not said."""
+    from autograd_lab_solutions import nb01_dynamic_graph as nb01
+    orphan = check("01.tiny_tanh", nb01._tanh_parent_not_listed)
+    assert orphan.misconception == "typed_formula" and "lists no parent" in orphan.messages[0], repr(orphan)
+    called = check("01.tiny_tanh", nb01._tanh_closure_called)
+    assert called.status == "error" and "without calling it" in called.messages[0], repr(called)
+    assert "Usual cause" not in called.messages[0], repr(called)
+    order = check("05.amp_step_order", lambda micro_batches, clip, schedule: ["forward_in_autocast"])
+    assert "of another length (yours has 1 entry)" in " ".join(order.messages), repr(order)
+
+
 def test_shape_is_reported_before_values():
     result = check("00.cube_grad", lambda x: torch.zeros(3, dtype=torch.float64))
     assert result.misconception == "shape"
