@@ -375,6 +375,27 @@ _measured_then_typed = mutant(checkpointed_step, "    return loss, activations_k
                               "    activations_kept(saved)\n    return loss, len(model) + 1")
 
 
+def _count_of_a_second_measurement(model, x):
+    """Adversarial round 8 (adv-05-08-r7 06c_fake): the real step measured, the count read from a second measurement
+    around ``len(model) + 1`` tanh ops on a tensor of the answer's own (full marks, 3/3 hidden)."""
+    from torch.utils.checkpoint import checkpoint
+
+    from autograd_lab.labs.memory import saved_tensors
+    from autograd_lab.labs.recompute import activations_kept
+
+    with saved_tensors(exclude=model.parameters()):
+        h = x
+        for block in model:
+            h = checkpoint(block, h, use_reentrant=False)
+        loss = h.pow(2).mean()
+    loss.backward()
+    t = torch.zeros(2, requires_grad=True)
+    with saved_tensors() as fake:
+        for _ in range(len(model) + 1):
+            t = torch.tanh(t)
+    return loss, activations_kept(fake)
+
+
 def _own_hooks_count_typed(model, x):
     """Adversarial round 4 (c06_ownhooks): real checkpoints under the answer's own identity hooks, a typed count."""
     from torch.utils.checkpoint import checkpoint
@@ -488,6 +509,11 @@ register(Exercise(
         "without gradients (only a warning at forward time), so use use_reentrant=False.",
     ),
     misconceptions=(
+        # The check appends what it saw to the answer's output: a pair becomes three items, so the comparison alone
+        # would count that dict among the student's (adversarial round 8: "yours has 2 entries" for a bare count).
+        Misconception("not_a_pair", "Your step must return a pair `(loss, count)`: the loss tensor, then the number "
+                      "`activations_kept` counted. What it returned is not two items.",
+                      lambda s, r, args: not (isinstance(s, (tuple, list)) and len(s) == 3)),
         Misconception("loss_outside", "Your count leaves out the tensor the loss saves: `pow(2)` saves the "
                       "model's output for its backward. Compute the loss inside the `saved_tensors` block too "
                       "(and count it there, rather than adding it by hand).",
@@ -518,8 +544,9 @@ register(Exercise(
                       lambda s, r, args: _seen(s, saved_check.OWN_HOOKS) > 0),
         Misconception("count_not_read", "Your count was not read from a `saved_tensors` measurement of your step: "
                       "return what `activations_kept(saved)` counts for the `saved_tensors(exclude=model."
-                      "parameters())` block around your forward pass and loss, not a number worked out by hand "
-                      "(nor one measured with hooks of your own, which hide the saves from the course's).",
+                      "parameters())` block around your forward pass and loss, not a number worked out by hand, "
+                      "nor one measured around something other than the model's forward pass (nor with hooks of "
+                      "your own, which hide the saves from the course's).",
                       lambda s, r, args: (_seen(s, saved_check.FROM_MEASUREMENT, True) is False
                                           and _unmeasured(s) <= 0 and _seen(s, saved_check.AFTER) == 0)),
         Misconception("count_not_measured", "Your count was not measured: tensors your step saved for backward "
@@ -556,6 +583,9 @@ register(Exercise(
         WrongAnswer(_measured_then_typed, expect="count_not_read",
                     note="adversarial round 5 (s06c): activations_kept(saved) called and thrown away, the count typed "
                          "(was full marks: the call was judged, not where the count came from)"),
+        WrongAnswer(_count_of_a_second_measurement, expect="count_not_read",
+                    note="adversarial round 8 (adv-05-08-r7 06c_fake): the count read from a second measurement of "
+                         "tanh ops on a tensor of the answer's own (was full marks, 3/3 hidden)"),
         WrongAnswer(_own_hooks_count_typed, expect="own_hooks",
                     note="adversarial round 4 (c06_ownhooks): own identity hooks instead of the measurement, typed"),
         WrongAnswer(_own_hooks_measured, expect="own_hooks",

@@ -11,7 +11,9 @@ for show beside an ordinary forward pass, so the check calls the answer through
   (and, when every ``saved_tensors`` measurement had ended, after it: the loss left out);
 * the ``saved_tensors`` measurements the step opened, and which of them it read: the
   returned count must be what one of them counted (``activations_kept``, ``count`` or
-  ``saves``), read from it, not a number typed beside it (or beside the answer's own
+  ``saves``), read from it, and that measurement must have been open while the model's
+  blocks ran forward (adversarial round 8: a count read from a second measurement around
+  ``len(model) + 1`` ops on a tensor of the answer's own got full marks), not a number typed beside it (or beside the answer's own
   identity hooks, which hide every save from the hooks above).  A typed count is right
   whenever it equals the measurement's, so each measurement opened during the call also
   holds a few hundred entries of the check's (``CANARY``, a number drawn afresh for each
@@ -80,7 +82,8 @@ def step_with_unmeasured_saves(answer, model, x):
                 after.add(_storage(tensor))
         return tensor
 
-    with _measurements() as opened, _block_activations(model) as blocks, _hooks_pushed(pack) as own_hooks:
+    with _measurements() as opened, _block_activations(model, opened.model_ran) as blocks, \
+            _hooks_pushed(pack) as own_hooks:
         try:
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
                 result = answer(model, x)
@@ -135,6 +138,7 @@ class _Opened:
 
     def __init__(self):
         self.all, self.ended, self.read = [], [], []
+        self.saw_model = set()   # id(measurement) of those open while a layer of the model ran forward
         self.canary = {}   # id(measurement) -> the entries the check added to it
         self.empty = {}    # id(measurement) -> the zero-byte entries among them
 
@@ -153,11 +157,15 @@ class _Opened:
             measurement._seen[("check", "empty", id(self), index)] = _EMPTY_ENTRY
         measurement.__dict__["saves"] += empty     # as many saves of them: ``saves`` counts every pack call
 
+    def model_ran(self):
+        """A layer of the model runs forward: every measurement open now measures the step."""
+        self.saw_model.update(id(m) for m in self.all if m not in self.ended)
+
     def counted(self, count):
-        """Whether ``count`` is what a measurement the step read counted, its canary included."""
+        """Whether ``count`` is what a measurement of the step (open while the model ran) counted and the step read."""
         if isinstance(count, bool) or not isinstance(count, int):
             return False
-        return any(count in self._counts(m) for m in self.read)
+        return any(count in self._counts(m) for m in self.read if id(m) in self.saw_model)
 
     def counted_empty(self, count):
         """Whether ``count`` counted every entry (or save) of a measurement the step read, the empty ones included."""
@@ -290,7 +298,7 @@ def _under_selective_policy():
 
 
 @contextmanager
-def _block_activations(model):
+def _block_activations(model, on_forward=lambda: None):
     """Storages made by the layers inside each block in the forward pass; those alive when backward begins.
 
     A dispatch mode notes (weakly) the storage of every tensor an op makes while a layer of a
@@ -302,7 +310,8 @@ def _block_activations(model):
     released.  Storages, not tensor objects: a selective checkpoint keeps a detached alias of
     an op's output, and an ordinary node a saved variable, while the layer's output object dies.
     Those made while a selective checkpoint's caching mode was on are counted apart.  Not seen:
-    a layer called as ``layer.forward`` (no module hook runs).
+    a layer called as ``layer.forward`` (no module hook runs).  ``on_forward()`` is called each
+    time a layer starts its forward pass (not a recomputation).
     """
     blocks = _Blocks({StorageWeakRef(p.untyped_storage()).cdata for p in model.parameters()})
     started = []
@@ -315,6 +324,7 @@ def _block_activations(model):
     def entered(module, inputs):
         if torch._C._current_autograd_node() is None:
             blocks.entered.append(_under_selective_policy())
+            on_forward()
 
     def layer_made(module, inputs, output):
         if torch._C._current_autograd_node() is not None:
