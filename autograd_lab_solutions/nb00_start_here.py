@@ -115,6 +115,19 @@ def _typed_from_second_leaf_cut_from_a_copy(x):
     return y.grad
 
 
+def _typed_from_a_second_non_leaf(x):
+    """Round 8: a gradient with respect to a non-leaf copy y of x is y's graph (c1a), but 3z^2 from a second copy
+    z of x, the weight of y, is not: each copy is its own origin (``provenance._hold``)."""
+    y, z = (x.clone() if x.requires_grad else x.clone().requires_grad_() for _ in range(2))
+    return torch.autograd.grad((y * (3 * z * z)).sum(), y)[0]
+
+
+def _typed_from_callers_x_beside_its_clone(x):
+    """Round 8: the gradient with respect to a clone y of x, 3x^2 taken from the caller's x itself as y's weight."""
+    y = x.clone() if x.requires_grad else x.clone().requires_grad_()
+    return torch.autograd.grad((y * (3 * x * x)).sum(), y)[0]
+
+
 def _typed_from_second_leaf_by_torch_func(x):
     """The same weight from a second leaf, inside a torch.func transform."""
     z = x.detach().clone().requires_grad_()
@@ -302,6 +315,10 @@ register(Exercise(
         WrongAnswer(_typed_from_second_leaf_cut_from_a_copy, expect="laundered_formula",
                     note="round 6: both leaves cut from recorded copies of x (x.clone().detach(), (x + 0).detach())"),
         WrongAnswer(_typed_from_second_leaf_by_torch_func, expect="laundered_formula", note="the same in torch.func"),
+        WrongAnswer(_typed_from_a_second_non_leaf, expect="laundered_formula",
+                    note="round 8: grad w.r.t. a clone y, 3z^2 from a second clone z of x"),
+        WrongAnswer(_typed_from_callers_x_beside_its_clone, expect="laundered_formula",
+                    note="round 8: grad w.r.t. a clone y, 3x^2 from the caller's x"),
         # Round 4: the weight computed from the leaf with grad on, then made a constant to autograd (A1), the
         # engine's result multiplied by the formula (A4), and the same through forward-mode AD.
         WrongAnswer(_laundered_through_round, expect="laundered_formula", note="round 4 A1: round, derivative 0"),
