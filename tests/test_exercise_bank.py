@@ -186,6 +186,35 @@ def test_check_never_passes_what_the_grader_fails(exercise, index):
                                            f"seeds. Grader: {full!r}")
 
 
+# A table of the public answers (adversarial round 8, 06b_table) reproduces every public case, whatever the
+# public seeds vary: their inputs are fixed and a release ships the reference's records on them.  It is a limit
+# of any fixed public case (docs/authoring-exercises.md, "What the tape cannot see"), not a bank entry (the bank
+# must fail check()); what is asserted is that the grade catches it and that check()'s pass says so.
+_PUBLIC_TABLES = {
+    "06.best_segments": lambda n: n,
+    "05.pick_scale": lambda grads: grads.abs().max().item(),
+    "06.saved_for_segments": lambda sizes: tuple(sizes),
+}
+
+
+@pytest.mark.parametrize("exercise_id", sorted(_PUBLIC_TABLES))
+def test_a_table_of_the_public_answers_fails_when_graded(exercise_id):
+    exercise = next(e for e in EXERCISES if e.id == exercise_id)
+    key = _PUBLIC_TABLES[exercise_id]
+    table = {key(*exercise.inputs(seed, False)): exercise.reference(*exercise.inputs(seed, False))
+             for seed in exercise.public_seeds}
+
+    def looked_up(*args):
+        return table.get(key(*args), 1)
+
+    student, reference = _records(exercise, looked_up), _bank_records(exercise, None)
+    public = exercise.public_seeds
+    checked = judge(exercise, {s: student[s] for s in public}, {s: reference[s] for s in public})
+    graded = judge(exercise, student, reference)
+    assert checked.status == "passed" and "on other inputs, and count in the grade" in checked.messages[0], checked
+    assert graded.status != "passed" and graded.score < exercise.points, graded
+
+
 # --- no hint restates the answer (issue 21 point 3) -----------------------------------------
 
 # A hint (or a misconception message) gives the answer away when it restates one of the

@@ -81,7 +81,7 @@ def test_a_stub_is_not_attempted_and_never_raises_even_in_strict_mode(monkeypatc
 def test_the_reference_passes_with_honest_wording():
     result = check("00.cube_grad", cube_grad)
     assert result.status == "passed" and result.score == 1 and result.misconception is None
-    assert result.messages == ["3 public checks passed; hidden checks run when graded."]
+    assert result.messages == ["3 public checks passed; hidden checks run when graded, on other inputs, and count in the grade."]
     value = check("00.needs_grad", {"w": True, "x": False, "b": True, "h": False})
     assert value.messages == ["1 public check passed."]  # a value has no hidden variants to promise
 

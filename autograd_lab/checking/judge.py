@@ -316,7 +316,9 @@ def _counts_line(exercise, public, hidden):
         hidden_passed = sum(case.status == "passed" for case in hidden)
         return f"{line}; {hidden_passed} of {len(hidden)} hidden checks passed."
     if exercise.hidden_seeds:
-        return f"{line}; hidden checks run when graded."
+        # A public case's inputs are fixed, so an answer keyed on them (a table of the three public answers) passes
+        # every one of them: say that the grade also counts cases on inputs the student has not seen.
+        return f"{line}; hidden checks run when graded, on other inputs, and count in the grade."
     return f"{line}."
 
 
