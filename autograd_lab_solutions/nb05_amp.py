@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from autograd_lab.checking import Exercise, Misconception, WrongAnswer, no_grad_scaler, register
+from autograd_lab_solutions._escapes import in_child
 from autograd_lab_solutions._mutants import mutant
 
 _FLOAT16_INF = 65520.0   # float16 rounds |x| >= 65520 to inf; below, at most to 65504, its largest value
@@ -227,9 +228,16 @@ _CALLS = ("forward_in_autocast", "scale_and_backward", "unscale", "clip", "scale
           "scheduler_step_unless_skipped")
 _NOTEBOOK_STEP = ["forward_in_autocast", "scale_and_backward", "unscale", "clip", "scaler_step", "scaler_update"]
 # (micro_batches, clip, schedule) per seed: the public cases cover accumulation, clipping and the
-# scheduler in different combinations, and none is the notebook's single-batch step.
-_ORDER_CASES = {0: (1, False, True), 1: (3, True, False), 2: (2, True, True),
+# scheduler in different combinations, and none is the notebook's single-batch step.  Each argument
+# has two public cases that differ in it alone (seeds 2 and 3 in `clip`, 2 and 4 in `schedule`, 0 and
+# 3, 1 and 4 in `micro_batches`), so an answer that never reads one of the three gives the same list
+# on both and fails one publicly, whatever it guesses from the other two (adversarial round 8,
+# 05o_overfit: `clip` guessed from micro_batches > 1, `schedule` from micro_batches != 3, passed the
+# three public cases of round 7, all of which paired a flag with a different micro_batches).
+_ORDER_CASES = {0: (1, False, True), 1: (3, True, False), 2: (2, True, True), 3: (2, False, True),
+                4: (2, True, False),
                 101: (4, True, True), 102: (1, True, False), 103: (2, False, False)}
+_ORDER_PUBLIC_SEEDS = (0, 1, 2, 3, 4)
 
 
 def _order_case(seed, hidden):
@@ -258,6 +266,42 @@ def _unknown_name(student, reference, args):
     return isinstance(student, (list, tuple)) and any(call not in _CALLS for call in student)
 
 
+def _unscale_twice_in_one_step(student, reference, args):
+    """Two ``unscale`` with no ``scaler_update`` between them: what GradScaler refuses with a RuntimeError."""
+    pending = False
+    for call in student:
+        if call == "unscale":
+            if pending:
+                return True
+            pending = True
+        elif call == "scaler_update":
+            pending = False
+    return False
+
+
+def _stepped_per_micro_batch(micro_batches, clip, schedule):
+    """Adversary round 8 (05o_stepinloop): unscale, clip, step and update inside the micro-batch loop."""
+    calls = []
+    for _ in range(micro_batches):
+        calls += ["forward_in_autocast", "scale_and_backward"]
+        if clip:
+            calls += ["unscale", "clip"]
+        calls += ["scaler_step", "scaler_update"]
+    if schedule:
+        calls.append("scheduler_step_unless_skipped")
+    return calls
+
+
+def _flags_from_micro_batches(micro_batches, clip, schedule):
+    """Adversary round 8 (05o_overfit): never reads `clip` or `schedule`, guesses them from micro_batches."""
+    return amp_step_order(micro_batches, micro_batches > 1, micro_batches != 3)
+
+
+def _schedule_from_micro_batches(micro_batches, clip, schedule):
+    """Reads `clip`, but guesses `schedule` from micro_batches (true of round 7's three public cases)."""
+    return amp_step_order(micro_batches, clip, micro_batches != 3)
+
+
 def _count_differs(name, expected):
     return lambda student, reference, args: student.count(name) != expected(*args)
 
@@ -277,6 +321,7 @@ register(Exercise(
     answer_name="amp_step_order",
     reference=amp_step_order,
     inputs=_order_case,
+    public_seeds=_ORDER_PUBLIC_SEEDS,
     points=1,
     hints=(
         "Build the list in the order the calls run. One optimizer step runs the forward pass and the scaled "
@@ -305,17 +350,26 @@ register(Exercise(
         Misconception("backward_before_forward", "Backward needs the loss, so each micro-batch's forward pass "
                       "(in autocast, with the loss) comes before its scaled backward.",
                       _before("forward_in_autocast", "scale_and_backward")),
+        # Adversarial round 8 (05o_stepinloop): step and update inside the micro-batch loop got a bare "expected
+        # a list of length 10, got 18" in the release; the cause is an optimizer step per micro-batch.
+        Misconception("step_per_micro_batch", "Your list runs scaler.step more than once: that steps the "
+                      "optimizer after every micro-batch, which is training on small batches, not accumulating. "
+                      "With accumulation the micro-batches' backward passes only add into `.grad`, and one "
+                      "optimizer step uses the whole window's gradients.",
+                      lambda s, r, args: list(s).count("scaler_step") > 1),
         # Adversarial round 7 (as_clipfirst_only_once): `unscale` in the micro-batch loop got a bare "expected a
         # list of length 10, got 12" in check(); the cause is GradScaler's own rule, one unscale_ per step.
+        # Two unscales with an update between them are legal (a step per micro-batch: named above).
         Misconception("unscale_per_micro_batch", "Your step calls unscale more than once: GradScaler allows one "
                       "`unscale_(optimizer)` between two `update()` calls, and a second one raises RuntimeError "
                       "(`unscale_() has already been called on this optimizer since the last update()`). The "
                       "gradients are unscaled once, when the whole window's gradients are in.",
-                      lambda s, r, args: list(s).count("unscale") > 1),
+                      _unscale_twice_in_one_step),
         Misconception("step_inside_window", "scaler.step (or unscale_ or clipping) ran before the last "
                       "micro-batch's backward: the step must use the gradients of the whole window.",
-                      lambda s, r, args: any(_before("scale_and_backward", call, last_first=True)(s, r, args)
-                                             for call in ("unscale", "clip", "scaler_step"))),
+                      lambda s, r, args: list(s).count("scaler_step") <= 1
+                      and any(_before("scale_and_backward", call, last_first=True)(s, r, args)
+                              for call in ("unscale", "clip", "scaler_step"))),
         Misconception("clip_before_unscale", "Clipping before unscale_ clips the *scaled* gradients: the "
                       "norm it sees is the true norm times the scale, so after unscaling the step uses a "
                       "gradient of norm at most `max_norm / scale`.", _before("unscale", "clip")),
@@ -374,6 +428,12 @@ register(Exercise(
                     expect="unscale_without_reader", note="unscale_ also without clipping"),
         WrongAnswer(lambda micro_batches, clip, schedule: amp_step_order(micro_batches, True, schedule),
                     expect="clip_flag", note="clips whatever `clip` says"),
+        WrongAnswer(_flags_from_micro_batches, expect="clip_flag",
+                    note="adversarial round 8 (05o_overfit): public seeds 2 and 3 differ in `clip` alone"),
+        WrongAnswer(_schedule_from_micro_batches, expect="schedule_flag",
+                    note="`schedule` guessed from micro_batches: public seeds 2 and 4 differ in `schedule` alone"),
+        WrongAnswer(_stepped_per_micro_batch, expect="step_per_micro_batch",
+                    note="adversarial round 8 (05o_stepinloop): an optimizer step per micro-batch"),
         WrongAnswer(lambda micro_batches, clip, schedule: _swap(
             amp_step_order(micro_batches, clip, schedule), "scaler_step", "scaler_update"),
             expect="update_before_step"),
@@ -725,6 +785,10 @@ register(Exercise(
                     note="adversary round 6: ShardedGradScaler._amp_update_scale_cpu_ on a stand-in"),
         WrongAnswer(_kernel_behind_a_guard, expect="used_grad_scaler",
                     note="round 5 (found while closing q05c): the kernel inside torch._C._DisableTorchDispatch()"),
+        WrongAnswer(in_child(next_scales), expect="used_grad_scaler",
+                    note="round 8 (05n_ctypes): the rule in a child Python started by ctypes.CDLL(None).system"),
+        WrongAnswer(in_child(next_scales, prefetched=True), expect="used_grad_scaler",
+                    note="round 8: the same through libc's system() fetched before the check (no Python frame)"),
     ),
     method=no_grad_scaler(),
 ))
