@@ -200,7 +200,8 @@ def autograd_derivative(wrt=0):
                     "value built from that other copy, which is the derivative typed by hand. Differentiate the "
                     "function of one leaf and return that leaf's gradient.")
         if facts.get("passes_linear_in_input"):
-            return ("your answer took the input's values out to Python (`tolist`, `item`, `numpy`), and one of "
+            return ("your answer took the input's values out to Python (`tolist`, `item`, `numpy`, its memory's "
+                    "address or bytes), and one of "
                     "your backward passes never read a value autograd recorded from your leaf: it differentiated "
                     "something linear in the leaf (a weight or a `gradient=` worked out from those numbers), not "
                     "the function the prompt names. Compute that function from your leaf and backpropagate "

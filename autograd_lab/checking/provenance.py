@@ -78,6 +78,10 @@ def _key(tensor):
     return storage._cdata, storage
 
 
+def _key_of(tensor):
+    return _key(tensor)[0]
+
+
 def _floating(tensor):
     return tensor.is_floating_point() or tensor.is_complex()
 
@@ -168,8 +172,12 @@ class Provenance:
         self._read_after(inputs, outputs)
         self._follow(name, inputs, outputs, grad_on)
         if not self.in_transform:
-            for tensor in outputs:              # a value no op computed from a known one: judged by its contents
-                self._sight(tensor, written_by_op=True, uninitialised=name in _UNINITIALISED)
+            # What an op computed from a known value is that value's (the ledger followed it, or it is a copy of
+            # the engine's product); what it made from nothing known is judged by its contents.
+            made = name in _UNINITIALISED or any(self._known(key) or key in self.engine_products
+                                                 or key in self.engine_tangents for key in map(_key_of, inputs))
+            for tensor in outputs:
+                self._sight(tensor, written_by_op=True, uninitialised=made)
 
     def _follow(self, name, inputs, outputs, grad_on):
         keys = [_key(t) for t in outputs]
@@ -247,6 +255,7 @@ class Provenance:
                     self._sight(tensor, written_by_op=False)
 
     def _sight(self, tensor, *, written_by_op, uninitialised=False):
+        # ``uninitialised``: only take a snapshot (an ``empty``'s memory, or what an op computed from known values)
         """Judge memory of unknown origin by its contents when it is new to the ledger or changed behind its back.
 
         A copy of the input's (or of a value computed from it) made by a route no op runs on (pickle,
@@ -257,8 +266,8 @@ class Provenance:
         """
         key, storage = _key(tensor)
         if (key is None or key in self.inputs or key in self.derived or key in self.tracked
-                or key in self.engine_products or not _floating(tensor)):
-            return
+                or key in self.engine_products or key in self.engine_tangents):
+            return                              # (any dtype: a byte view of a copy is read as floats below)
         last = self.sighted.get(key)        # (storage, a uint8 view of it, its bytes when last seen)
         with torch._C._DisableTorchDispatch():
             if last is not None and last[1].numel() == storage.nbytes() and torch.equal(last[1], last[2]):
@@ -339,7 +348,7 @@ class Provenance:
                        and torch.equal(argument.detach(), tensor.detach()) for argument in self.arguments)
 
     def exporting(self, tensor):
-        """Called by the tape's function mode for ``tolist``, ``numpy``, ``item``, ``float(...)``."""
+        """Called by the tape's function mode for ``tolist``, ``numpy``, ``item``, ``float(...)``, ``data_ptr``."""
         self._sight(tensor, written_by_op=False)     # a copy made where no op runs, on its way to Python
         key = _key(tensor)[0]
         if key in self.inputs or key in self.derived or key in self.tracked:

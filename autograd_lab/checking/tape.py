@@ -367,6 +367,9 @@ class _DualTensors(TorchFunctionMode):
             self.tape.rows.exporting(args[0])
         if ledger is not None and name in _EXPORTS and args and torch.is_tensor(args[0]):
             ledger.exporting(args[0])
+        if (ledger is not None and name in _ADDRESSES and args and torch.is_tensor(args[0])
+                and not _is_libraries(sys._getframe(1))):
+            ledger.exporting(args[0])       # the answer's own code takes the memory's address: its values can leave
         if ledger is not None and name == "_make_dual":
             ledger.seeded(args[1] if len(args) > 1 else (kwargs or {}).get("tangent"))
         # .detach() and .data seen where the answer calls them (autograd's own detaches, when it
@@ -397,6 +400,8 @@ class _DualTensors(TorchFunctionMode):
 _functorch_level = torch._C._functorch.maybe_current_level
 _DATA = torch.Tensor.data               # its ``__get__`` is what ``.data`` calls
 _EXPORTS = frozenset(("tolist", "numpy", "item", "__float__", "__int__", "__index__", "__complex__", "__array__"))
+# Where the answer's own code reaches a tensor's memory (``ctypes.string_at(x.data_ptr(), n)``, the storage's bytes).
+_ADDRESSES = frozenset(("data_ptr", "untyped_storage", "storage", "_typed_storage", "__dlpack__"))
 
 
 def _tensors(value):
