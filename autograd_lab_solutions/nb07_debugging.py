@@ -8,7 +8,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from autograd_lab.checking import Exercise, Misconception, WrongAnswer, backward_calls, claims, no_library, register
 from autograd_lab.checking.variation import choose, generator, renamed_sequential
-from autograd_lab.labs.nonfinite import OUTSIDE_BACKWARD, Expression
+from autograd_lab.labs.nonfinite import OUTSIDE_BACKWARD, SECOND_BACKWARD, Expression
 from autograd_lab_solutions._notebook import notebook_definitions
 
 # --- 07.diagnose ------------------------------------------------------------------
@@ -667,6 +667,24 @@ def _called_by_hand(student, reference, args, *, student_run):
     return OUTSIDE_BACKWARD in (student_run.error or "")
 
 
+def _second_backward(student, reference, args, *, student_run):
+    return SECOND_BACKWARD in (student_run.error or "")
+
+
+def _backward_then_hooks(f, x):
+    # Adversarial round 8 (07n_twice): a backward with retain_graph=True to look at x.grad, then hooks on every node
+    # and a second backward through the same graph.  The prompt asks for one pass; it was told "called by hand".
+    x = _leaf(x)
+    out = f(x)
+    out.backward(retain_graph=True)
+    found = []
+    for node in _nodes(out):
+        node.register_hook(lambda grads, _, node=node: found.append(type(node).__name__)
+                           if any(g is not None and not torch.isfinite(g).all() for g in grads) else None)
+    out.backward()
+    return found[0] if found else None
+
+
 def _nan_only(f, x):
     # Hooks on every node, but looking for NaN only: the same node as anomaly mode.
     x = _leaf(x)
@@ -813,6 +831,11 @@ register(Exercise(
                       "let only the engine read what their graph saved. Register a hook on each node and let "
                       "f(x).backward() call them.",
                       _called_by_hand),
+        Misconception("second_backward",
+                      "Your function ran backward twice through f's graph (retain_graph=True kept it for a second "
+                      "pass): the prompt asks for one backward pass. Register the hooks on the graph's nodes first, "
+                      "then run backward once; the hooks see every gradient of that pass.",
+                      _second_backward),
         # Adversarial round 7 (ns_chain): hooks on one branch only were told their order was wrong.  The name
         # returned cannot tell the two slips apart (on the check's cases a one-branch hook returns what a reversed
         # walk returns, and the student build matches a mistake by the name returned and the name expected, across
@@ -848,6 +871,9 @@ register(Exercise(
         WrongAnswer(_replayed_by_hand, expect="error", note="adversarial round 5 (s07e, full marks): f's ops replayed on "
                     "a leaf of its own, the replay's nodes called by hand in the engine's order, a backward for show: "
                     "the check keeps every graph's saves for the engine (labs/nonfinite.with_saves_kept)"),
+        WrongAnswer(_backward_then_hooks, expect="error", note="adversarial round 8 (07n_twice): backward with "
+                    "retain_graph=True, then hooks and a second backward through the same graph: the error names it "
+                    "(second_backward), not 'called by hand'"),
         WrongAnswer(_inf_only, expect="named_nothing", note="adversarial round 5 (n07k): hooks testing isinf only "
                     "(check() passed it: no public case had a NaN without an inf before it)"),
         WrongAnswer(_own_order, expect="own_order", note="hooks, but the first in a depth-first walk's order"),

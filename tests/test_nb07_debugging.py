@@ -71,6 +71,23 @@ def test_each_released_case_of_the_bank_names_one_cause(released, monkeypatch):
             assert sum(message in text for message in messages.values()) == 1, (wrong.note or wrong.expect, text)
 
 
+def test_a_second_backward_is_named_as_such_not_as_nodes_called_by_hand(released, monkeypatch):
+    """Adversarial round 8 (07n_twice): backward with retain_graph=True, hooks, a second backward through the same graph."""
+    for name in ("CI", "AUTOGRAD_LAB_STRICT"):
+        monkeypatch.delenv(name, raising=False)
+    exercise = next(e for e in checking.all_exercises() if e.id == "07.nan_source")
+    messages = {m.tag: m.message for m in exercise.misconceptions}
+    answers = {wrong.answer.__name__: wrong.answer for wrong in exercise.wrong_answers}
+    for answer, said, not_said in ((answers["_backward_then_hooks"], "second_backward", "called_by_hand"),
+                                   (answers["_by_hand"], "called_by_hand", "second_backward")):
+        records = {seed: observe(released, answer, seed, timeout=30) for seed in released.public_seeds}
+        in_release = judge(released, records, checking.reference_records(released, released.public_seeds))
+        for result in (in_release, checking.check("07.nan_source", answer)):
+            assert result.status == "error", result
+            for text in _case_messages(result):
+                assert messages[said] in text and messages[not_said] not in text, (answer.__name__, text)
+
+
 def _in_list(model, optimizer):
     """A student's slip (adversarial round 2, and the lab's Pitfalls): `p in list` compares values."""
     params = [p for group in optimizer.param_groups for p in group["params"]]
