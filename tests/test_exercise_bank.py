@@ -437,6 +437,26 @@ def _cube_leaf_from_clone_detached(x):
     return leaf.grad
 
 
+def _requiring_grad(t):
+    return t if t.requires_grad else t.requires_grad_()
+
+
+def _cube_wrt_non_leaf(copy):
+    """Round 8 (adv-00-04-r7 c1a/c1d): autograd.grad with respect to a copy of x, a non-leaf where x requires grad."""
+    def cube_grad(x):
+        xl = _requiring_grad(copy(x))
+        (g,) = torch.autograd.grad((xl ** 3).sum(), xl)
+        return g
+    return cube_grad
+
+
+def _cube_retained_clone(x):
+    xl = _requiring_grad(x.clone())
+    xl.retain_grad()
+    (xl ** 3).sum().backward(inputs=[xl])       # the caller's x.grad stays as it was
+    return xl.grad
+
+
 def _tiny_tanh_with_torch_formula(a):
     from autograd_lab.labs.tiny_engine import Value
     u = torch.tensor(a.data, dtype=torch.float64)       # torch's tanh and exp at the node's input, -u: a formula
@@ -453,6 +473,13 @@ def _tiny_tanh_with_torch_formula(a):
     ("01.tiny_tanh", _tiny_tanh_with_torch_formula),
     # round 6 (adv-00-04-r5): a leaf cut from a recorded copy of x holds x's values, not a derivative
     ("00.cube_grad", _cube_leaf_from_clone_detached),
+    # round 8 (adv-00-04-r7 c1a/c1d): differentiated with respect to a non-leaf copy of x, which is x's values
+    ("00.cube_grad", _cube_wrt_non_leaf(lambda x: x.clone())),
+    ("00.cube_grad", _cube_wrt_non_leaf(lambda x: x * 1)),
+    ("00.cube_grad", _cube_wrt_non_leaf(lambda x: x + 0)),
+    ("00.cube_grad", _cube_wrt_non_leaf(lambda x: x.view_as(x) if x.requires_grad else x.detach().view_as(x))),
+    ("00.cube_grad", _cube_retained_clone),
+    ("00.cube_grad", lambda x: torch.func.grad(lambda t: (t ** 3).sum())(x.clone())),
     # round 5 (02.softplus): no numerical derivative, no forward mode, no tensor kept on ctx; these pass
     ("02.softplus", _SoftplusSavingOutput),
     ("02.softplus", _SoftplusStableSigmoid),
@@ -471,7 +498,8 @@ def _tiny_tanh_with_torch_formula(a):
     ("02.vjp", _vjp_by_torch_func),
     ("03.accumulated_grad", _micro_batch_grads_summed),
     ("03.train", _zero_grad_after_step),
-], ids=["tiny-tanh-torch-formula", "cube-leaf-from-clone-detached", "softplus-saves-output", "softplus-stable-where", "cube-view-of-leaf", "cube-func.vjp-detached-x", "vjp-leaf-from-list", "cube-create_graph-detached", "vjp-create_graph-detached", "accumulated-create_graph-detached",
+], ids=["tiny-tanh-torch-formula", "cube-leaf-from-clone-detached", "cube-grad-wrt-clone", "cube-grad-wrt-times-1",
+        "cube-grad-wrt-plus-0", "cube-grad-wrt-view_as", "cube-retained-clone", "cube-func.grad-of-clone", "softplus-saves-output", "softplus-stable-where", "cube-view-of-leaf", "cube-func.vjp-detached-x", "vjp-leaf-from-list", "cube-create_graph-detached", "vjp-create_graph-detached", "accumulated-create_graph-detached",
         "cube-forward_ad", "cube-jacfwd", "cube-torch.func.grad", "vjp-torch.func", "accumulated-autograd.grad", "train-zero_grad-after"])
 def test_correct_styles_pass_public_and_hidden(exercise_id, answer):
     result = _check_everything(next(e for e in EXERCISES if e.id == exercise_id), answer)
