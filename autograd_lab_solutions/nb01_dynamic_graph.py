@@ -548,6 +548,49 @@ def _central_difference(u, t, step=1e-5):
     return (math.tanh(u + step) - math.tanh(u - step)) / (2 * step)
 
 
+def _central_in_decimal(u, t):
+    """Adversarial round 8 (s8): a central difference of tanh in 50-digit ``decimal``, tanh from ``Decimal.exp``."""
+    import decimal
+    with decimal.localcontext() as context:
+        context.prec = 50
+        x, h = decimal.Decimal(u), decimal.Decimal(10) ** -20
+
+        def tanh(v):
+            e = (2 * v).exp()
+            return (e - 1) / (e + 1)
+        return float((tanh(x + h) - tanh(x - h)) / (2 * h))
+
+
+def _central_in_fractions(u, t, terms=40):
+    """Adversarial round 8 (s13): the same in ``fractions.Fraction``, exp by its Taylor series."""
+    from fractions import Fraction
+
+    def exp(q):
+        term = total = Fraction(1)
+        for i in range(1, terms):
+            term = term * q / i
+            total += term
+        return total
+    x, h = Fraction(u), Fraction(1, 10 ** 12)
+    return float(((exp(2 * (x + h)) - 1) / (exp(2 * (x + h)) + 1) - (exp(2 * (x - h)) - 1) / (exp(2 * (x - h)) + 1))
+                 / (2 * h))
+
+
+def _central_in_decimal_arithmetic(u, t, terms=60):
+    """Decimal with arithmetic alone (the constructor, operators, ``float``): no call a profile hook reports."""
+    from decimal import Decimal
+
+    def exp(q):
+        term = total = Decimal(1)
+        for i in range(1, terms):
+            term = term * q / i
+            total += term
+        return total
+    x, h = Decimal(u), Decimal("1e-9")
+    plus, minus = exp(2 * (x + h)), exp(2 * (x - h))
+    return float(((plus - 1) / (plus + 1) - (minus - 1) / (minus + 1)) / (2 * h))
+
+
 def _forward_difference(u, t, step=1e-8):
     """A forward difference that reuses the node's value: one extra call of math.tanh, as a recomputing closure."""
     return (math.tanh(u + step) - t) / step
@@ -772,6 +815,12 @@ register(Exercise(
         WrongAnswer(_tanh_by_decomposition, expect="library_derivative", note="torch._decomp's tanh_backward"),
         WrongAnswer(_tanh_with_local(_central_difference), expect="finite_differences",
                     note="central difference of math.tanh (adv-00-04-r2)"),
+        WrongAnswer(_tanh_with_local(_central_in_decimal), expect="library_derivative",
+                    note="adversarial round 8 (s8): exact-arithmetic quotient, decimal (methods.EXACT_ARITHMETIC)"),
+        WrongAnswer(_tanh_with_local(_central_in_fractions), expect="library_derivative",
+                    note="adversarial round 8 (s13): fractions.Fraction, exp by its series"),
+        WrongAnswer(_tanh_with_local(_central_in_decimal_arithmetic), expect="library_derivative",
+                    note="decimal without a method call: seen by the numbers the answer holds"),
         WrongAnswer(_tanh_with_local(_forward_difference), expect="finite_differences",
                     note="forward difference reusing the node's value: tanh at u + h"),
         WrongAnswer(_tanh_with_local(_complex_step), expect="finite_differences", note="complex step with cmath"),

@@ -474,6 +474,21 @@ def _slope_by_python_floats(A, h=1e-6):
                         dtype=A.dtype).reshape(A.shape)
 
 
+def _slope_in_decimal(A):
+    """Adversarial round 8 (m_s5, cheaper): tanh' by a central difference in 50-digit ``decimal``, entry by entry."""
+    import decimal
+    with decimal.localcontext() as context:
+        context.prec = 50
+        h = decimal.Decimal(10) ** -20
+
+        def tanh(v):
+            e = (2 * v).exp()
+            return (e - 1) / (e + 1)
+        slopes = [float((tanh(decimal.Decimal(a) + h) - tanh(decimal.Decimal(a) - h)) / (2 * h))
+                  for a in A.reshape(-1).tolist()]
+    return torch.tensor(slopes, dtype=A.dtype).reshape(A.shape)
+
+
 def _slope_by_numpy_points_torch_tanh(A, h=1e-6):
     """Points made in NumPy (no torch op moves a value), evaluated by torch.tanh."""
     a = A.numpy()
@@ -547,6 +562,8 @@ register(Exercise(
                     note="points moved in NumPy, evaluated by torch.tanh"),
         WrongAnswer(_mlp_with_tanh_slope(_slope_by_forward_difference_of_exp), expect="difference_quotient",
                     note="forward difference of tanh written with exp, relative step"),
+        WrongAnswer(_mlp_with_tanh_slope(_slope_in_decimal), expect="library_derivative",
+                    note="adversarial round 8 (m_s5): exact-arithmetic quotient (methods.EXACT_ARITHMETIC)"),
         WrongAnswer(_mlp_without_activation_grad, expect="missing_activation_grad"),
         WrongAnswer(_mlp_activation_of_pre, expect="activation_of_preactivation"),
         WrongAnswer(_mlp_bias_mean, expect="bias_mean"),
@@ -681,6 +698,15 @@ def _central_in_floats(u, v, h=1e-6):
     return (math.log1p(math.exp(u + h)) - math.log1p(math.exp(u - h))) / (2 * h)
 
 
+def _central_in_decimal(u, v):
+    """Adversarial round 8 (sp_s1): a central difference of log(1 + exp) in 60-digit ``decimal``."""
+    import decimal
+    with decimal.localcontext() as context:
+        context.prec = 60
+        x, h = decimal.Decimal(u), decimal.Decimal(10) ** -25
+        return float(((1 + (x + h).exp()).ln() - (1 + (x - h).exp()).ln()) / (2 * h))
+
+
 def _forward_from_saved_output(u, v, h=1e-7):
     """A forward difference in Python floats from the saved output, the functions imported by name."""
     from math import exp, log1p
@@ -811,6 +837,8 @@ register(Exercise(
         WrongAnswer(_python_quotient(_central_through_powers), expect="own_function",
                     note="math.e ** (x + h) and math.log: no exp call"),
         WrongAnswer(_softplus_by_numpy_quotient, expect="own_function", note="NumPy logaddexp quotient"),
+        WrongAnswer(_python_quotient(_central_in_decimal), expect="own_function",
+                    note="adversarial round 8 (sp_s1): a quotient in 60-digit decimal (methods.EXACT_ARITHMETIC)"),
         WrongAnswer(_softplus_quotient_in_forward, expect="own_function", note="NumPy quotient in forward, saved"),
     ),
 ))

@@ -11,6 +11,7 @@ from torch.utils.data import DistributedSampler
 
 from autograd_lab.checking import Exercise, Misconception, WrongAnswer, no_distributed_sampler, register
 from autograd_lab.checking.variation import choose, generator
+from autograd_lab_solutions._escapes import in_child
 
 # --- 08.grad_scale --------------------------------------------------------------------
 
@@ -278,6 +279,10 @@ register(Exercise(
         WrongAnswer(_contiguous, expect="contiguous"),
         WrongAnswer(_no_padding, expect="no_padding"),
         WrongAnswer(_pads_once, expect="padded_once", note="idx + idx[:pad]: wrong when pad > n"),
+        WrongAnswer(in_child(shard), expect="used_sampler",
+                    note="round 8 (08s_ctypes): the indices from a child Python started by ctypes.CDLL(None).system"),
+        WrongAnswer(in_child(shard, prefetched=True), expect="used_sampler",
+                    note="round 8: the same through libc's system() fetched before the check (no Python frame)"),
         WrongAnswer(_through_the_sampler, expect="used_sampler", note="the shortcut the prompt forbids"),
         WrongAnswer(_sampler_iter_on_a_namespace, expect="used_sampler", note="its __iter__ on a namespace"),
         WrongAnswer(_sampler_by_new, expect="used_sampler", note="object.__new__(DistributedSampler)"),

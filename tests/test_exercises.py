@@ -1709,3 +1709,52 @@ def test_data_other_than_the_differentiated_input_may_be_a_weight_or_a_cotangent
     assert check("99.vjp", wrt_x).misconception != "laundered_formula"
     record = observe(catalog.get("99.vjp"), laundered, 0)
     assert record["facts"]["laundered"]["gradient"] >= 1     # plain data: judged in the grader's process
+
+
+# --- adversarial round 8: a child process however it was started; exact arithmetic held (brief escapes-0737) ----
+
+def test_a_child_process_is_an_escape_however_it_was_started():
+    import ctypes
+    system = ctypes.CDLL(None).system            # fetched before the call: calling it makes no profile event
+    with Tape(("code:torch.optim",)) as tape:
+        system(b"true")
+    assert tape.facts()["escapes"] == ["a child process that ran and ended during the call"]
+    with Tape((), profile=False) as tape:        # no profile hook at all: still seen, by the child's traces
+        child = subprocess.Popen(["sleep", "30"])
+    child.kill()
+    child.wait()
+    assert tape.facts()["escapes"] == ["a child process still there at the call's end"]
+    with Tape(("code:torch.optim",)) as tape:
+        ctypes.CDLL(None).getpid()              # a C function looked up by ctypes (libc's system() is one)
+    assert "ctypes (a C library's function looked up)" in tape.facts()["escapes"]
+
+
+def test_processes_started_outside_the_call_are_not_the_answers():
+    before = subprocess.Popen(["sleep", "30"])   # the course's own (08 launches ranks outside any answer's call)
+    try:
+        with Tape(("code:torch.optim",)) as tape:
+            torch.ones(3).sum()
+    finally:
+        before.kill()
+        before.wait()
+    assert tape.facts()["escapes"] == []
+
+
+def test_exact_arithmetic_held_by_the_answer_is_recorded():
+    from decimal import Decimal
+    from fractions import Fraction
+
+    def in_decimal(u):
+        x = Decimal(u)                           # no call a profile hook reports: seen as a value the code holds
+        return float((x + 1) / 3)
+
+    def in_fractions(u):
+        return float(Fraction(u) / 3)
+
+    def in_floats(u):
+        return (u + 1) / 3
+
+    for function, expected in ((in_decimal, ["decimal"]), (in_fractions, ["fractions"]), (in_floats, [])):
+        with Tape(("held:exact",)) as tape:
+            function(0.5)
+        assert tape.facts()["exact_arithmetic"] == expected, function.__name__

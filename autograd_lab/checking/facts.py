@@ -31,6 +31,11 @@ actually ran, not what the answer's names say.
   code at the call's start or end, an idle pool worker, a timer), or the answer waiting for another
   thread (``tape._threads_at_work``, ``tape._WAITS``); ``complex_code``: the answer's functions that make
   Python complex numbers (``complex``, ``1j``, ``.imag``: ``tape._makes_complex``; profiled methods only);
+  ``exact_arithmetic``: for a method that names ``held:exact``, the packages of exact or extra-precision
+  arithmetic (``decimal``, ``fractions``, ``mpmath``, ``sympy``, ``gmpy2``) whose Python code ran or whose numbers,
+  modules, classes or functions the answer's own functions held when they returned (``tape._EXACT_ROOTS``);
+  ``escapes`` also holds child processes that ran during the call however they were started, and ctypes looking
+  up a C function (``tape._Processes``, ``tape._LIBRARY_LOOKUPS``);
   ``tape_intact``: no recorder was switched off by the answer;
 * ``answer_kind``: ``"autograd.Function"`` for a ``torch.autograd.Function`` subclass, else
   ``"function"``; with ``own_backward_ops`` (ops run by that Function's own backward),
@@ -105,7 +110,7 @@ VERSION_FORGERS = (WRITES_SPEC, "code:torch._C:_increment_version")
 
 FACTS = ("engine_runs", "nested_engine_runs", "backward_ops", "backward_op_names", "forward_ad", "ops",
          "library_derivatives", "largest_numel", "largest_input_numel", "backward_largest", "output_from_engine", "ran", "copied",
-         "recompiled", "instances", "escapes", "other_threads", "complex_code", "tape_intact", "answer_kind", "own_backward_ops", "own_library_derivatives",
+         "recompiled", "instances", "escapes", "other_threads", "complex_code", "exact_arithmetic", "tape_intact", "answer_kind", "own_backward_ops", "own_library_derivatives",
          "silent_writes", "samplers_built", "scalers_built", "tiny_engine_runs", "tiny_backwards",
          "tiny_own_backwards", "tiny_missing_backwards", "tiny_orphans", "tiny_off_input", "tiny_unseen", "complex_outputs",
          "small_steps", "stepped_points", "work", "input_shapes", "optimizer_moves", "backward_rows")

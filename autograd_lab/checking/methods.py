@@ -78,7 +78,11 @@ def unobserved(facts):
         return ("your answer switched off one of the checker's recorders (a profile hook, a dispatch mode "
                 "or the autograd engine's stand-in), so the checker cannot see how it computed its result.")
     if facts.get("escapes"):
-        return (f"your answer started another thread or process ({', '.join(facts['escapes'])}), where the "
+        threads = [e for e in facts["escapes"] if e.startswith("_thread.")]
+        if len(threads) < len(facts["escapes"]):    # a process (or ctypes, which can start one out of sight)
+            return (f"your answer started another process ({', '.join(facts['escapes'])}): the check cannot see "
+                    "what ran there. Compute the result in the function itself.")
+        return (f"your answer started another thread ({', '.join(threads)}), where the "
                 "checker cannot see what runs: compute the result in the function itself.")
     if facts.get("other_threads"):
         return (f"another thread was at work while your answer ran ({'; '.join(facts['other_threads'])}): the "
@@ -121,6 +125,22 @@ DECOMPOSITIONS = ("code:torch._decomp", "code:torch._prims", "code:torch._refs")
 DIFFERENTIATORS = ("code:sympy.core.function:diff", "code:sympy.core.function:Derivative",
                    "code:mpmath.calculus.differentiation")
 _FUNCTIONAL = ("code:torch.autograd.functional",)
+# Exact or extra-precision arithmetic (``decimal``, ``fractions``, mpmath, sympy, gmpy2) held or run by the answer
+# (fact ``exact_arithmetic``, ``tape._EXACT_ROOTS``): what makes a difference quotient as accurate as a formula
+# (adversarial round 8); a derivative worked out as a formula never needs it.  One mechanism for every exercise
+# whose skill is the derivative (``own_derivatives``, ``own_function``).
+EXACT_ARITHMETIC = ("held:exact",)
+
+
+def _exact_arithmetic(facts):
+    """Why the answer's derivative is refused for exact or extra-precision arithmetic, or ``None``."""
+    found = sorted(set(facts.get("exact_arithmetic") or ()) | set((facts.get("grad_phase") or {}).get("exact_arithmetic") or ()))
+    if not found:
+        return None
+    return (f"your answer computed with exact or extra-precision arithmetic (`{'`, `'.join(found)}`): that is how a "
+            "numerical derivative (a difference quotient in many digits) gets as accurate as a formula, and a "
+            "derivative worked out as a formula never needs it. Write the derivative as a formula and evaluate "
+            "it with ordinary floats or tensors.")
 
 
 def uses_autograd():
@@ -417,10 +437,12 @@ def own_function():
                 and not facts.get("complex_outputs", 0) and not grad.get("complex_outputs", 0)
                 and not facts.get("small_steps", 0) and not grad.get("small_steps", 0)
                 and not facts.get("stepped_points", 0) and not grad.get("stepped_points", 0)
-                and not grad.get("ctx_tensors", 0))
+                and not grad.get("ctx_tensors", 0) and not _exact_arithmetic(facts))
 
     def explain(facts):
         grad = facts.get("grad_phase") or {}
+        if facts.get("answer_kind") == "autograd.Function" and _exact_arithmetic(facts):
+            return _exact_arithmetic(facts)
         if facts.get("answer_kind") != "autograd.Function":
             return ("your answer is not a `torch.autograd.Function` of your own (a library function such as "
                     "`F.softplus` already has PyTorch's backward): write `class ...(torch.autograd.Function)` "
@@ -464,7 +486,8 @@ def own_function():
 
     return Method(
         name="a custom `torch.autograd.Function` with its own backward",
-        holds=holds, explain=explain, grad_phase=True, watch=DECOMPOSITIONS + DIFFERENTIATORS + _SOFTPLUS_POINTS,
+        holds=holds, explain=explain, grad_phase=True,
+        watch=DECOMPOSITIONS + DIFFERENTIATORS + _SOFTPLUS_POINTS + EXACT_ARITHMETIC,
         message="your answer's gradient does not come from a `backward` you wrote.",
         tag="own_function", origin=_made("own_function"))
 
@@ -479,8 +502,10 @@ def own_derivatives():
     """
     return Method(
         name="local derivatives you work out yourself (no PyTorch derivative kernel or rule)",
-        holds=lambda facts: facts["library_derivatives"] == 0 and not _ran(facts, DECOMPOSITIONS + DIFFERENTIATORS),
-        watch=DECOMPOSITIONS + DIFFERENTIATORS,
+        holds=lambda facts: (facts["library_derivatives"] == 0 and not _ran(facts, DECOMPOSITIONS + DIFFERENTIATORS)
+                             and not _exact_arithmetic(facts)),
+        explain=_exact_arithmetic,
+        watch=DECOMPOSITIONS + DIFFERENTIATORS + EXACT_ARITHMETIC,
         message=("your answer called one of PyTorch's own derivative kernels (an `aten::*_backward` op), "
                  "derivative rules written in Python (`torch._decomp`, `torch._refs`, `torch._prims`) or a "
                  "library that differentiates (sympy's `diff`, mpmath's `diff`): that derivative was found for "

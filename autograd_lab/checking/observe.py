@@ -137,7 +137,7 @@ def _grad_phase(record, exercise, answer, output, args, seed):
         return _input_grads(output, args, seed)
     own = answer if isinstance(answer, type) and issubclass(answer, torch.autograd.Function) else None
     # The method's code specs are watched here too: a backward may call what the method bans (``torch._decomp``).
-    specs = tuple(spec for spec in watch_specs(exercise.method) if spec.startswith(("code:", "op:", "args:")))
+    specs = tuple(spec for spec in watch_specs(exercise.method) if spec.startswith(("code:", "op:", "args:", "held:")))
     points = grad_phase_points(specs, answer)     # where a numerical derivative would evaluate (``facts._Points``)
     tape = Tape(specs, own=own)
     tape.points = points
@@ -146,7 +146,7 @@ def _grad_phase(record, exercise, answer, output, args, seed):
     record["facts"]["grad_phase"] = {key: value for key, value in tape.facts().items()
                                      if key in ("engine_runs", "nested_engine_runs", "backward_ops",
                                                 "own_backward_ops", "own_library_derivatives", "library_derivatives",
-                                                "escapes", "other_threads", "tape_intact", "ran", "forward_ad", "complex_outputs",
+                                                "escapes", "other_threads", "tape_intact", "ran", "forward_ad", "complex_outputs", "exact_arithmetic",
                                                 "small_steps")}
     record["facts"]["grad_phase"]["stepped_points"] = (
         stepped(points, flat_tensors(args) + flat_tensors(output)) if points is not None else 0)

@@ -38,6 +38,7 @@ function was evaluated at (``facts._Points``), not a count.
 
 import collections
 import copy
+import ctypes           # imported here so that its loader's builtins and code are known before an answer runs
 import gc
 import importlib
 import linecache
@@ -47,6 +48,11 @@ import sys
 import sysconfig
 import threading
 import types
+
+try:
+    import resource     # POSIX: the counters of the child processes waited for (``_Processes``)
+except ImportError:     # Windows
+    resource = None
 
 import torch
 from torch.autograd.variable import Variable
@@ -116,6 +122,7 @@ class Watchlist:
         self.wrt = ()           # "wrt:0": the flat tensor arguments whose derivative must come from autograd
         self.rows = ()          # "rows:1": the flat tensor arguments (data) whose rows each backward pass reads
         self.points = ()        # "args:math:tanh": functions whose arguments are recorded (``facts._Points``)
+        self.held = False       # "held:exact": the values the answer's code holds are looked at (``_exact_kind``)
         self._keep = []         # the watched objects stay alive, so their ids stay theirs
         for spec in self.specs:
             self._add(spec)
@@ -137,6 +144,9 @@ class Watchlist:
             return
         if kind == "op":
             self.ops[target] = spec
+            return
+        if kind == "held":      # not code to watch: exact or extra-precision numbers held (``Tape._saw_values``)
+            self.held = True
             return
         if kind == "args":      # not counted: the points it is evaluated at are recorded (``facts._Points``)
             self.points = tuple(sorted(set(self.points) | {target}))
@@ -506,7 +516,11 @@ def _builtins(names):
 
 _ESCAPES = _builtins(["_thread.start_new_thread", "_thread.start_joinable_thread", "os.fork", "os.forkpty",
                       "os.posix_spawn", "os.posix_spawnp", "os.system", "os.execv", "os.execve",
-                      "_posixsubprocess.fork_exec"])
+                      "_posixsubprocess.fork_exec", "_ctypes.dlopen", "_ctypes.dlsym"])
+# A C function looked up by ctypes (``ctypes.CDLL(None).system``: libc's ``system()`` starts a shell, adversarial
+# round 8, 05n_ctypes); the lookup itself is C, its Python entry points are these.
+_LIBRARY_LOOKUPS = {id(ctypes.CDLL.__getattr__.__code__): "ctypes (a C library's function looked up)",
+                    id(ctypes.CDLL.__getitem__.__code__): "ctypes (a C library's function looked up)"}
 _SWITCH_OFFS = _builtins(["sys.setprofile", "torch._C._unset_dispatch_mode", "torch._C._set_dispatch_mode"])
 # A dispatch mode of the answer's own (FlopCounterMode, selective checkpointing's context_fn, checkpoint's
 # debug=True) pushes itself and pops itself: only a pop beyond the answer's own pushes takes off a recorder.
@@ -643,6 +657,90 @@ def _names_a_guard(code):
     return f"torch._C.{min(named)}" if named else None
 
 
+# Exact or extra-precision arithmetic: a difference quotient in 50-digit ``decimal`` (or ``fractions``, mpmath) is
+# as accurate as a formula, so no tolerance tells it apart (adversarial round 8: full marks in 01.tiny_tanh,
+# 02.softplus, 02.mlp_backward); a tanh', sigmoid or chain rule never needs it.  Seen where a method asks
+# (``held:exact``): the Python code of these packages running, and numbers of theirs (or the modules, classes and
+# functions themselves) held by the answer's own code, in its locals or return values (``Tape._saw_values``):
+# ``decimal`` is C, its arithmetic and ``Decimal(x)`` make no call a profile hook reports.
+_EXACT_ROOTS = frozenset({"decimal", "_decimal", "_pydecimal", "fractions", "mpmath", "sympy", "gmpy2"})
+_EXACT_LABELS = {"_decimal": "decimal", "_pydecimal": "decimal"}
+
+
+def _exact_kind(value):
+    """The package (``decimal``, ``fractions``, ``mpmath``...) of a number, module, class or function of exact or
+    extra-precision arithmetic, else ``None``."""
+    kind = type(value)
+    if kind is types.ModuleType:
+        name = value.__name__
+    elif isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType)):
+        name = getattr(value, "__module__", None)
+    else:
+        name = kind.__module__
+    return _exact_package(name)
+
+
+def _exact_package(module_name):
+    root = module_name.partition(".")[0] if isinstance(module_name, str) else None
+    return _EXACT_LABELS.get(root, root) if root in _EXACT_ROOTS else None
+
+
+def _with_items(value, most=8):
+    """``value`` and, for a list, tuple, set or dict, its first few items (values)."""
+    yield value
+    if isinstance(value, dict):
+        value = value.values()
+    if isinstance(value, (list, tuple, set, frozenset, type({}.values()))):
+        for index, item in enumerate(value):
+            if index >= most:
+                break
+            yield item
+
+
+def _children_usage():
+    """What the child processes waited for so far used (page faults, context switches; never time)."""
+    if resource is None:
+        return None
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (usage.ru_minflt, usage.ru_majflt, usage.ru_nvcsw, usage.ru_nivcsw)
+
+
+def _live_children():
+    """The process ids of this process's children (any thread's), alive or not yet waited for (Linux)."""
+    found = set()
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/children") as listing:
+                found.update(listing.read().split())
+        except OSError:
+            continue
+    return found
+
+
+class _Processes:
+    """Child processes that ran during the call, however they were started (adversarial round 8: libc's
+    ``system()`` called through ctypes, or through a function pointer fetched before the call, which no Python
+    frame and no profile event shows).  A child that ran and was waited for always faulted pages, which the
+    counters of ``getrusage(RUSAGE_CHILDREN)`` add up when it is waited for; one still running (or not waited
+    for) at the end is a new entry in ``/proc/self/task/*/children``.  Judged in the process where the answer
+    runs, around its call only: processes the course starts elsewhere (08's ranks) are not its children here."""
+
+    def __init__(self):
+        self.usage, self.live = _children_usage(), _live_children()
+
+    def started(self):
+        found = []
+        if _children_usage() != self.usage:
+            found.append("a child process that ran and ended during the call")
+        if _live_children() - self.live:
+            found.append("a child process still there at the call's end")
+        return found
+
+
 class Tape:
     """One call's recorders; ``facts()`` is the plain record.  Use as a context manager."""
 
@@ -663,6 +761,7 @@ class Tape:
         self.dual_levels = self.complex_outputs = self.work = self.small_steps = 0
         self.run_largest, self.run_sizes = 0, []    # per backward pass: the most elements of a tensor it produced
         self.escapes, self.switched_off, self.threads, self.complex_code = [], [], [], []
+        self.exact, self._answers = [], set()    # ``held:exact``: what was seen; the answer's own code objects
         self.tainted, self._names = {}, {}
         self.intact, self.new_instances, self._young, self._chained = True, collections.Counter(), None, None
         self.moves, self._returns = _OptimizerMoves(), {}     # who moved an optimizer's parameters; frames to see return
@@ -701,8 +800,11 @@ class Tape:
                 self.switched_off.append("answer code run while torch's tensor printing had the recorders off")
             if id(code) in self._codes or id(code) not in self._plain:
                 self._safely(self._saw_code, frame, code)
-        elif event == "return" and self._returns and frame in self._returns:
-            self._safely(self.moves.returned, self._returns.pop(frame), frame.f_locals.get("self"))
+        elif event == "return":
+            if self._returns and frame in self._returns:
+                self._safely(self.moves.returned, self._returns.pop(frame), frame.f_locals.get("self"))
+            if self._answers and id(frame.f_code) in self._answers:
+                self._safely(self._saw_values, frame, arg)
         if self._chained is not None:
             self._chained(frame, event, arg)
 
@@ -712,8 +814,19 @@ class Tape:
         except Exception:       # a profile hook that raises would break the answer: record and go on
             self.switched_off.append("the tape's profile hook failed")
 
+    def _saw_values(self, frame, returned):
+        """What the answer's own function held when it returned: exact or extra-precision numbers (``_EXACT_ROOTS``)."""
+        for value in (returned, *frame.f_locals.values()):
+            for each in _with_items(value):
+                found = _exact_kind(each)
+                if found is not None and found not in self.exact:
+                    self.exact.append(found)
+
     def _saw_code(self, frame, code):
         key = id(code)
+        if key in _LIBRARY_LOOKUPS:
+            self.escapes.append(_LIBRARY_LOOKUPS[key])
+            return
         if key in _WAITS:
             if _waiter(frame):
                 self.threads.append(f"your answer {_WAITS[key]}")
@@ -727,6 +840,8 @@ class Tape:
                     self.switched_off.append(guard)
                 if _makes_complex(code, frame):
                     self.complex_code.append(code.co_name)
+                if self.watchlist.held:
+                    self._saw_first_call(frame, code)
                 specs = _recompiled(self.watchlist, code)
                 self._copies[key] = (code, specs)
                 if not specs and key not in self._codes and not (self.provenance is not None
@@ -750,6 +865,19 @@ class Tape:
             for cls, spec in self.watchlist.classes.items():
                 if isinstance(original, cls):
                     self.copied[spec] += 1
+
+    def _saw_first_call(self, frame, code):
+        """``held:exact``: the answer's own code is remembered (its values are looked at when it returns); the
+        Python code of an exact-arithmetic package called by the answer's own code (``Fraction`` arithmetic) is
+        recorded at once (not when a library calls it: torch imports sympy on first use)."""
+        if not _is_libraries(frame):
+            self._answers.add(id(code))     # kept alive with the codes seen (``_plain``, ``_copies``)
+            return
+        if frame.f_back is None or _is_libraries(frame.f_back):
+            return
+        found = _exact_package(frame.f_globals.get("__name__"))
+        if found is not None and found not in self.exact:
+            self.exact.append(found)
 
     def _saw_builtin(self, key, frame=None):
         if key not in _MODE_PUSHES and key not in _MODE_POPS and _inside_printing(frame):
@@ -793,7 +921,9 @@ class Tape:
         # A profiler in C (cProfile) is not callable from Python: it is restored afterwards, not chained.
         self._chained = self._previous_profile if isinstance(self._previous_profile, types.FunctionType) else None
         self._previous_thread_profile = threading.getprofile() if hasattr(threading, "getprofile") else None
-        self._codes = set(self.watchlist.code) | set(_WAITS) | (_COPIES if self.watchlist.classes else set())
+        self._codes = set(self.watchlist.code) | set(_WAITS) | set(_LIBRARY_LOOKUPS) | (
+            _COPIES if self.watchlist.classes else set())
+        self._processes = _Processes()
         self._own_modes = self._printing = 0
         self._builtins = set(self.watchlist.builtins) | set(_DUAL_LEVELS) | set(_ESCAPES) | set(_SWITCH_OFFS) | \
             set(_MODE_PUSHES) | set(_MODE_POPS) | (
@@ -839,6 +969,7 @@ class Tape:
         self.intact = intact
         self.new_instances = self._new_instances()
         self.threads.extend(_threads_at_work())
+        self.escapes.extend(self._processes.started())
         return False
 
     def _new_instances(self):
@@ -895,6 +1026,7 @@ class Tape:
             "escapes": sorted(set(self.escapes)),
             "other_threads": sorted(set(self.threads))[:8],
             "complex_code": sorted(set(self.complex_code))[:8],
+            "exact_arithmetic": sorted(self.exact)[:8],
             "tape_intact": self.intact,
             **(self.provenance.facts() if self.provenance is not None else {}),
         }
