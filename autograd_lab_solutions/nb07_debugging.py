@@ -168,7 +168,16 @@ def _coverage_inputs(seed, hidden):
         if seed % 3 == 0:                            # re-created with the same numbers: equal values, other tensors
             new.load_state_dict(old.state_dict())
         setattr(model, name, new)
+    if seed in _REWRAPPED_SEEDS:    # and a parameter re-wrapped over its own memory (adversarial round 8, 07c_dataptr)
+        kept = [i for i in range(len(model)) if i not in (left_out, replaced)]
+        layer = model[kept[int(torch.randint(len(kept), (1,), generator=g))]]
+        layer.bias = nn.Parameter(layer.bias.detach())   # another tensor, same data_ptr() and values: not held
     return model, optimizer
+
+
+# The fourth public and hidden case also re-wraps one parameter after the optimizer was built: only identity tells
+# the two tensors apart (data_ptr() and the values are the same), so comparing memory fails publicly.
+_REWRAPPED_SEEDS = (3, 105)              # 3 % 3 and 105 % 3 replace a layer too (3 and 4 layers)
 
 
 def _stale_count(model, optimizer):
@@ -240,6 +249,17 @@ def _frozen_counted_missing(model, optimizer):
     return {"missing": [name for name, p in model.named_parameters() if id(p) not in optimised],
             "frozen": [name for name, p in model.named_parameters() if not p.requires_grad and id(p) in optimised],
             "stale": _stale_count(model, optimizer)}
+
+
+def _compared_by_memory(model, optimizer):
+    # Adversarial round 8 (07c_dataptr, full marks): data_ptr() for identity; a parameter re-wrapped over the same
+    # memory (nn.Parameter(p.detach())) looks held.
+    held = {p.data_ptr() for group in optimizer.param_groups for p in group["params"]}
+    named = list(model.named_parameters())
+    mine = {p.data_ptr() for _, p in named}
+    return {"missing": [name for name, p in named if p.requires_grad and p.data_ptr() not in held],
+            "frozen": [name for name, p in named if not p.requires_grad and p.data_ptr() in held],
+            "stale": sum(1 for group in optimizer.param_groups for p in group["params"] if p.data_ptr() not in mine)}
 
 
 def _membership_by_value(model, optimizer):
@@ -326,12 +346,25 @@ def _other_order(student, reference, args):
             and sorted(student["frozen"]) == sorted(reference["frozen"]))
 
 
+def _one_held_too_many(student, reference):
+    """One missing parameter reported held and not stale: where a single parameter was re-wrapped, as comparing
+    memory or values does (a re-created layer has two, its weight and bias)."""
+    return (_lists(student) and set(student["missing"]) < set(reference["missing"])
+            and len(set(reference["missing"]) - set(student["missing"])) == 1
+            and student["stale"] == reference["stale"] - 1)
+
+
 def _compared_by_value(student, reference, args, *, student_run):
     error = student_run.error or ""
     if "Boolean value of Tensor with more than one value" in error or "The size of tensor a" in error:
         return True                                   # `p in list` raised
     return (_lists(student) and set(student["missing"]) < set(reference["missing"])
-            and student["stale"] < reference["stale"])   # a re-created layer with equal values looked held
+            and student["stale"] < reference["stale"]     # a re-created layer with equal values looked held
+            and not _one_held_too_many(student, reference))
+
+
+def _memory_or_values(student, reference, args):
+    return _one_held_too_many(student, reference)
 
 
 register(Exercise(
@@ -340,6 +373,8 @@ register(Exercise(
     answer_name="coverage",
     reference=coverage,
     inputs=_coverage_inputs,
+    public_seeds=(0, 1, 2, 3),
+    hidden_seeds=(101, 102, 103, 105),
     method=no_library("code:autograd_lab.labs.grad_report:optimizer_coverage",
                       name="your own comparison of the param groups with the model's parameters (no optimizer_coverage)"),
     hints=(
@@ -350,6 +385,13 @@ register(Exercise(
         "Report, do not repair: the caller's model and optimizer must come back unchanged.",
     ),
     misconceptions=(
+        Misconception("same_memory",
+                      "Your function takes a parameter re-wrapped after the optimizer was built (`nn.Parameter(p."
+                      "detach())`: a new tensor over the same memory, with the same values) for the one the optimizer "
+                      "holds. Comparing memory (`data_ptr()`) or values cannot tell the two apart, but the optimizer "
+                      "holds the old tensor object, not the model's parameter. Compare parameters by identity: "
+                      "`id(p)`, or `p is q`.",
+                      _memory_or_values),
         Misconception("compared_by_value",
                       "Your function compares tensors by their values. `p in some_list` and `p == q` compare "
                       "element by element, which raises for several elements or different shapes, and "
@@ -393,6 +435,8 @@ register(Exercise(
         WrongAnswer(_frozen_counted_missing, expect="too_many_missing", note="frozen counted as missing"),
         WrongAnswer(_membership_by_value, expect="error", note="`p in list` compares values: the error names it (compared_by_value)"),
         WrongAnswer(_equal_values, expect="compared_by_value", note="torch.equal: values, not identity"),
+        WrongAnswer(_compared_by_memory, expect="same_memory", note="data_ptr() for identity (adversarial round 8, "
+                    "07c_dataptr, full marks): a parameter re-wrapped over the same memory looks held"),
         WrongAnswer(_package_plus_stale, expect="used_library", note="the lab's optimizer_coverage plus one line "
                     "for stale (adversarial round 4, v_lib)"),
         WrongAnswer(_package_source_execd, expect="used_library", note="optimizer_coverage's source, renamed, "
