@@ -870,10 +870,12 @@ class Tape:
         """``held:exact``: the answer's own code is remembered (its values are looked at when it returns); the
         Python code of an exact-arithmetic package called by the answer's own code (``Fraction`` arithmetic) is
         recorded at once (not when a library calls it: torch imports sympy on first use)."""
-        if not _is_libraries(frame):
+        caller = frame.f_back
+        if not _is_libraries(frame) and not (         # code a library compiled from text (dataclasses) is its own
+                caller is not None and _is_libraries(caller) and _text_unseen(code.co_filename)):
             self._answers.add(id(code))     # kept alive with the codes seen (``_plain``, ``_copies``)
             return
-        if frame.f_back is None or _is_libraries(frame.f_back):
+        if caller is None or id(caller.f_code) not in self._answers:
             return
         found = _exact_package(frame.f_globals.get("__name__"))
         if found is not None and found not in self.exact:
