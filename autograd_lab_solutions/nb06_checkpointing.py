@@ -375,25 +375,15 @@ _measured_then_typed = mutant(checkpointed_step, "    return loss, activations_k
                               "    activations_kept(saved)\n    return loss, len(model) + 1")
 
 
-def _count_of_a_second_measurement(model, x):
-    """Adversarial round 8 (adv-05-08-r7 06c_fake): the real step measured, the count read from a second measurement
-    around ``len(model) + 1`` tanh ops on a tensor of the answer's own (full marks, 3/3 hidden)."""
-    from torch.utils.checkpoint import checkpoint
-
-    from autograd_lab.labs.memory import saved_tensors
-    from autograd_lab.labs.recompute import activations_kept
-
-    with saved_tensors(exclude=model.parameters()):
-        h = x
-        for block in model:
-            h = checkpoint(block, h, use_reentrant=False)
-        loss = h.pow(2).mean()
-    loss.backward()
-    t = torch.zeros(2, requires_grad=True)
-    with saved_tensors() as fake:
-        for _ in range(len(model) + 1):
-            t = torch.tanh(t)
-    return loss, activations_kept(fake)
+# Adversarial round 8 (adv-05-08-r7 06c_fake, full marks, 3/3 hidden): the real step measured, the count read from a
+# second measurement around ``len(model) + 1`` tanh ops on a tensor of the answer's own.
+_count_of_a_second_measurement = mutant(
+    checkpointed_step, "    return loss, activations_kept(saved)",
+    "    t = torch.zeros(2, requires_grad=True)\n"
+    "    with saved_tensors() as fake:\n"
+    "        for _ in range(len(model) + 1):\n"
+    "            t = torch.tanh(t)\n"
+    "    return loss, activations_kept(fake)")
 
 
 def _own_hooks_count_typed(model, x):
