@@ -375,6 +375,10 @@ _measured_then_typed = mutant(checkpointed_step, "    return loss, activations_k
                               "    activations_kept(saved)\n    return loss, len(model) + 1")
 
 
+# Adversarial round 8 (adv-05-08-r7 06c_countonly): only the count returned, not the pair the prompt asks for.
+_count_only = mutant(checkpointed_step, "    return loss, activations_kept(saved)",
+                     "    return activations_kept(saved)")
+
 # Adversarial round 8 (adv-05-08-r7 06c_fake, full marks, 3/3 hidden): the real step measured, the count read from a
 # second measurement around ``len(model) + 1`` tanh ops on a tensor of the answer's own.
 _count_of_a_second_measurement = mutant(
@@ -573,6 +577,9 @@ register(Exercise(
         WrongAnswer(_measured_then_typed, expect="count_not_read",
                     note="adversarial round 5 (s06c): activations_kept(saved) called and thrown away, the count typed "
                          "(was full marks: the call was judged, not where the count came from)"),
+        WrongAnswer(_count_only, expect="not_a_pair",
+                    note="adversarial round 8 (adv-05-08-r7 06c_countonly): the count alone was told 'expected a "
+                         "tuple of length 3, got length 2', the check's own record counted among the answer's"),
         WrongAnswer(_count_of_a_second_measurement, expect="count_not_read",
                     note="adversarial round 8 (adv-05-08-r7 06c_fake): the count read from a second measurement of "
                          "tanh ops on a tensor of the answer's own (was full marks, 3/3 hidden)"),

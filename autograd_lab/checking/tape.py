@@ -718,7 +718,18 @@ def _live_children():
                 found.update(listing.read().split())
         except OSError:
             continue
-    return found
+    return {pid for pid in found if not _symbolizer(pid)}
+
+
+def _symbolizer(pid):
+    """Whether the child is an ``addr2line`` that torch started to name C++ frames (``checkpoint(debug=True)``
+    spawns one per library and keeps them for the process): it reads symbols and runs nothing of the answer's."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            program = cmdline.read().split(b"\0", 1)[0]
+    except OSError:
+        return False
+    return os.path.basename(program) == b"addr2line"
 
 
 class _Processes:
