@@ -33,11 +33,13 @@ def key_disagreement(exercise):
         return (f"add experiment= to {exercise.id} (in {exercise.module}): a function that runs the "
                 "experiment the prompt describes and returns the key, so the key is measured, not typed.")
     tolerance = Tolerance(exercise.rtol, exercise.atol)
-    finding = compare_values(encode(measured_key(exercise)), encode(exercise.reference()),
-                             f"{exercise.id}'s measured key", tolerance)
+    measured, typed = measured_key(exercise), exercise.reference()
+    finding = compare_values(encode(measured), encode(typed), f"{exercise.id}'s measured key", tolerance)
     if finding is None:
         return None
-    return f"{exercise.id}: the typed key (reference) disagrees with the experiment: {finding.message}"
+    # For the maintainer, both values: student feedback never shows the expected one, this message does.
+    return (f"{exercise.id}: the typed key (reference) disagrees with the experiment: {finding.message} "
+            f"(typed {typed!r}, measured {measured!r})")
 
 
 def stated_number_disagreements(exercise):
@@ -80,7 +82,7 @@ def _planted(**fields):
 def test_a_planted_wrong_key_fails():
     exercise = _planted(reference=lambda: 3, experiment=lambda: 2 * 3)
     problem = key_disagreement(exercise)
-    assert problem is not None and "expected 3, got 6" in problem
+    assert problem is not None and "(typed 3, measured 6)" in problem
 
 
 def test_a_planted_wrong_entry_of_a_dict_key_fails():

@@ -96,12 +96,12 @@ def step_with_unmeasured_saves(answer, model, x):
                     "`checkpoint(block, h, use_reentrant=False)`; x itself must stay as it is.") from None
             raise
     result = tuple(result) if isinstance(result, (tuple, list)) else (result,)
-    count = result[1] if len(result) > 1 else None
+    place = 1 if len(result) > 1 else 0    # a bare count (no pair) carries the canary too: shown without it
+    count = result[place]
     seen = {OUTSIDE: len(missed), AFTER: len(after), KEPT_INSIDE_BLOCKS: blocks.kept_at_backward,
             KEPT_BY_POLICY: blocks.kept_by_policy, FROM_MEASUREMENT: opened.counted(count),
             PLACEHOLDERS: opened.counted_empty(count), OWN_HOOKS: len(own_hooks)}
-    if len(result) > 1:
-        result = (result[0], opened.without_canary(count), *result[2:])
+    result = (*result[:place], opened.without_canary(count), *result[place + 1:])
     return (*result, seen)
 
 
