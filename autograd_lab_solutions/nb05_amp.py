@@ -558,18 +558,12 @@ def _no_reset(init_scale, found_inf, growth_interval):
 _floor_division_backoff = mutant(next_scales, "scale * 0.5, 0", "scale // 2, 0")
 
 
-def _count_kept_after_growth(init_scale, found_inf, growth_interval):
-    """Adversary round 7 (ns_noreset_growth): the count restarts on an overflow but not after a growth."""
-    scale, clean_steps, scales = init_scale, 0, []
-    for overflow in found_inf:
-        if overflow:
-            scale, clean_steps = scale * 0.5, 0
-        else:
-            clean_steps += 1
-            if clean_steps >= growth_interval:
-                scale *= 2.0
-        scales.append(scale)
-    return scales
+# Adversary round 7 (ns_noreset_growth): the count restarts on an overflow but not after a growth.
+_count_kept_after_growth = mutant(next_scales,
+                                  "            if clean_steps == growth_interval:\n"
+                                  "                scale, clean_steps = scale * 2.0, 0\n",
+                                  "            if clean_steps >= growth_interval:\n"
+                                  "                scale *= 2.0\n")
 
 
 def _counts_every_step(init_scale, found_inf, growth_interval):
