@@ -1,5 +1,8 @@
+import importlib.util
 import subprocess
 import sys
+import threading
+from types import SimpleNamespace
 
 from autograd_lab.course import doctor
 from autograd_lab.course.cli import main
@@ -8,7 +11,7 @@ from autograd_lab.course.cli import main
 def test_doctor_passes_on_the_course_machine(capsys):
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
-    for name in ("python", "torch", "jupyterlab", "nbval", "graphviz dot", "cuda", "cpu amp"):
+    for name in ("python", "torch", "jupyterlab", "nbval", "graphviz dot", "cuda", "cpu amp", "kernel files"):
         assert name in out
     assert "Ready for the course." in out
 
@@ -74,3 +77,43 @@ def test_the_quick_doctor_shows_every_finding_when_something_is_wrong(monkeypatc
     assert doctor.main(SimpleNamespace(quick=True)) == 1
     out = capsys.readouterr().out
     assert "XX  graphviz dot" in out and "fix: install it" in out and "cuda" not in out
+
+
+def test_a_kernel_installed_outside_the_site_folders_is_a_problem_with_the_fix(monkeypatch, tmp_path):
+    # On a GPU machine the kernel was carried in with `pip install --target`: every exercise check that
+    # observes the method failed, correct answers too, naming the kernel's threads (IOPub, Heartbeat, ...).
+    real = importlib.util.find_spec
+    carried = str(tmp_path / "site" / "ipykernel" / "__init__.py")
+    monkeypatch.setattr(doctor.importlib.util, "find_spec",
+                        lambda name: SimpleNamespace(origin=carried) if name == "ipykernel" else real(name))
+    finding = doctor.check_kernel_files()
+    assert not finding.ok and finding.required
+    assert finding.detail == f"outside this Python's own site folders: ipykernel in {tmp_path / 'site'}"
+    assert "virtual environment" in finding.fix and "--target" in finding.fix
+
+
+def test_the_full_doctor_checks_where_the_kernel_is_and_the_quick_one_does_not(monkeypatch):
+    monkeypatch.setattr(doctor, "check_dot", lambda: doctor.Finding("graphviz dot", True, "dot"))
+    assert "kernel files" in [f.name for f in doctor.run_checks()]
+    assert "kernel files" not in [f.name for f in doctor.run_checks(quick=True)]
+
+
+def test_the_checks_take_a_thread_running_code_outside_the_site_folders_for_the_notebooks(tmp_path):
+    # Why the doctor's finding is a problem: the tape's rule, on a thread like the kernel's heartbeat.
+    from autograd_lab.checking import tape
+
+    source = tmp_path / "kernel_like.py"
+    source.write_text("import threading\nready, stop = threading.Event(), threading.Event()\n\n"
+                      "def run():\n    ready.set()\n    stop.wait(60)\n")
+    spec = importlib.util.spec_from_file_location("kernel_like", source)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    thread = threading.Thread(target=module.run, name="Heartbeat", daemon=True)
+    thread.start()
+    module.ready.wait(60)    # inside run(), not still in threading's start-up
+    try:
+        assert not tape.is_library_file(str(source)) and tape.is_library_file(threading.__file__)
+        assert "thread 'Heartbeat' (running run)" in tape._threads_at_work()
+    finally:
+        module.stop.set()
+        thread.join()

@@ -548,6 +548,14 @@ def _is_library(code):
     return os.path.abspath(code.co_filename).startswith(_LIBRARY_FOLDERS)
 
 
+def is_library_file(path):
+    """Whether the tape counts code from file ``path`` as an installed library's (``_LIBRARY_FOLDERS``).
+
+    ``autograd-lab doctor`` asks it where the kernel's own packages are: installed elsewhere (``pip install
+    --user``, ``--target``, ``PYTHONPATH``), the kernel's threads look like the notebook's (``_threads_at_work``)."""
+    return os.path.abspath(path).startswith(_LIBRARY_FOLDERS)
+
+
 def _is_namedtuple_new(frame):
     """A ``collections.namedtuple``'s ``__new__`` (compiled from text, so it has no file: torch's printing
     makes ``UnpackedDualTensor``s)."""

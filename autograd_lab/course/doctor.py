@@ -6,6 +6,8 @@ information, a missing ``dot`` binary is a problem.
 """
 
 import importlib.metadata
+import importlib.util
+import os
 import platform
 import shutil
 import subprocess
@@ -90,6 +92,35 @@ def check_cpu_amp():
                    fix="Upgrade torch: the course pins torch==2.13.0 in requirements/course.txt (`make setup`).")
 
 
+# The kernel's own packages: their threads (IOPub, heartbeat, control, shell, history) run beside every answer.
+KERNEL_PACKAGES = ("ipykernel", "IPython", "zmq", "tornado", "jupyter_client", "traitlets")
+
+
+def check_kernel_files():
+    """The kernel's packages must be where the exercise checks count code as a library's.
+
+    A check that observes the method takes a thread running code outside this Python's own site
+    folders for one the notebook started (``checking.tape``; the user's site folder is left out on
+    purpose, since a submission can write there).  A kernel installed with ``pip install --user``,
+    ``--target`` or ``PYTHONPATH`` therefore fails every such check, correct answers too (seen on a
+    GPU machine with the kernel carried in by ``--target``).
+    """
+    from autograd_lab.checking import tape
+
+    outside = []
+    for name in KERNEL_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        origin = getattr(spec, "origin", None)
+        if origin and os.path.isabs(origin) and not tape.is_library_file(origin):
+            outside.append(f"{name} in {os.path.dirname(os.path.dirname(origin))}")
+    if not outside:
+        return Finding("kernel files", True, "the kernel's packages are in this Python's own site folders")
+    return Finding("kernel files", False, "outside this Python's own site folders: " + "; ".join(outside),
+                   fix=("Install the course in a virtual environment (`make setup`, or `pip install -e .` inside "
+                        "a venv), not with `pip install --user`, `--target` or PYTHONPATH: the exercise checks "
+                        "would take the kernel's own threads for threads your notebook started and fail every answer."))
+
+
 def check_torch_range():
     """The course is tested on a range of torch releases (``versions.SUPPORTED``); outside it, say so."""
     from autograd_lab import versions
@@ -105,14 +136,14 @@ def check_torch_range():
 
 
 def run_checks(quick=False):
-    """Every check; ``quick`` leaves out the two that import torch (seconds to tens of seconds)."""
+    """Every check; ``quick`` leaves out the three that import torch (seconds to tens of seconds)."""
     findings = [check_python(), check_package("torch", "PyTorch")]
     if findings[1].ok:
         findings.append(check_torch_range())
     findings += [check_package(name, name) for name in ("jupyterlab", "nbval", "ipykernel", "graphviz")]
     findings.append(check_dot())
     if findings[1].ok and not quick:
-        findings += [check_cuda(), check_cpu_amp()]
+        findings += [check_cuda(), check_cpu_amp(), check_kernel_files()]
     return findings
 
 
