@@ -500,3 +500,26 @@ def test_the_container_kind_runs_kernels_as_an_unprivileged_uid_without_bwrap(tm
     assert "container sandbox" in container.describe() and "unprivileged uid" in container.describe()
     with pytest.raises(ValueError):
         Sandbox.for_this_machine(kind="none", cgroups=Cgroups(problem="x"))   # only with allow_unsandboxed
+
+
+def test_a_working_sandbox_is_probed_once_per_process_and_a_failed_probe_again(monkeypatch, tmp_path):
+    """An assignment grades one batch per notebook: each probe starts a sandboxed Python importing torch."""
+    from autograd_lab.grading import sandbox
+    probes, real_probe = [], sandbox._probe
+
+    def probe(base):
+        probes.append(base.package_root)
+        return ("no bwrap today", None) if "broken" in base.package_root else ("", base)
+    monkeypatch.setattr(sandbox, "_probe", probe)
+    monkeypatch.setattr(sandbox, "_PROBED", {})
+    working, broken = str(tmp_path / "working"), str(tmp_path / "broken")
+    for _ in range(3):
+        sandbox.Sandbox.for_this_machine(package_root=working, cgroups=Cgroups(problem="not needed here"))
+        with pytest.raises(sandbox.SandboxUnavailable, match="no bwrap today"):
+            sandbox.Sandbox.for_this_machine(package_root=broken, cgroups=Cgroups(problem="not needed here"))
+    assert probes == [working, broken, broken, broken]
+    # What the probe checks without starting anything is checked every time.
+    monkeypatch.setattr(sandbox, "_probe", real_probe)
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    with pytest.raises(sandbox.SandboxUnavailable, match="bwrap"):
+        sandbox.Sandbox.for_this_machine(package_root=working, cgroups=Cgroups(problem="not needed here"))

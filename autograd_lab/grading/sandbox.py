@@ -131,7 +131,7 @@ class Sandbox:
                    as_root=os.geteuid() == 0, cgroups=cgroups)
         if kind == "none":   # asked for: a disposable VM or container, where isolation is not needed
             return base
-        problem, sandbox = _probe(base)
+        problem, sandbox = _probe_once(base)
         if not problem:
             return sandbox
         if allow_unsandboxed:
@@ -336,14 +336,39 @@ def _host_path_files(site_folders):
     return tuple(masked)
 
 
+def _missing_requirement(base):
+    """Why ``base`` cannot work on this machine at all, checked without starting anything; else ``''``."""
+    if not sys.platform.startswith("linux"):
+        return f"a sandbox needs Linux and this is {sys.platform}"
+    if base.kind == "bubblewrap" and shutil.which("bwrap") is None:
+        return "the `bwrap` program was not found"
+    if base.kind == "container" and not base.as_root:
+        return "the container sandbox switches each kernel to an unprivileged uid, which needs root"
+    return ""
+
+
+_PROBED = {}
+
+
+def _probe_once(base):
+    """``_probe``, run once per process for a sandbox that worked: an assignment grades a batch per
+    notebook, and each probe starts a sandboxed Python that imports torch (seconds on a busy machine).
+    A failure is never remembered, so a fixed machine is probed again."""
+    key = (base.kind, base.python, base.package_root, base.as_root, base.memory_mb, base.file_mb, base.disk_mb)
+    if key in _PROBED and not _missing_requirement(base):
+        read_only, masked = _PROBED[key]
+        return "", replace(base, read_only=read_only, masked=masked)
+    problem, sandbox = _probe(base)
+    if not problem:
+        _PROBED[key] = (sandbox.read_only, sandbox.masked)
+    return problem, sandbox
+
+
 def _probe(base):
     """``('', sandbox)`` when a kernel can start in one here, else ``(why not, None)``."""
-    if not sys.platform.startswith("linux"):
-        return f"a sandbox needs Linux and this is {sys.platform}", None
-    if base.kind == "bubblewrap" and shutil.which("bwrap") is None:
-        return "the `bwrap` program was not found", None
-    if base.kind == "container" and not base.as_root:
-        return "the container sandbox switches each kernel to an unprivileged uid, which needs root", None
+    missing = _missing_requirement(base)
+    if missing:
+        return missing, None
     try:
         read_only, masked = _python_folders(base.python)
     except (OSError, subprocess.SubprocessError, ValueError) as error:
