@@ -100,9 +100,11 @@ register(Exercise(
     hints=(
         "Run each loop, then apply this lab's checks to it: requires_grad of every parameter, which .grad are "
         "None after backward, which tensors the optimizer holds, what step() sees, and how far each parameter moved.",
-        "A loop written as a step function can be audited (`audit_step`); to see what step() sees, register "
-        "`optimizer.register_step_pre_hook` or print the gradients just before step(). The loops differ from the "
-        "ones shown above: measure, do not match the code by eye.",
+        "To see what step() sees, register `optimizer.register_step_pre_hook` or print the gradients just before "
+        "step(). `audit_step` needs a loop's body rewritten as a step function on a model and an optimizer you "
+        "build, and it reports a graph cut only when no trainable parameter got a gradient: a cut that still lets "
+        "some layers get theirs passes it clean, so read which .grad are None after backward (`grad_report`) too. "
+        "The loops differ from the ones shown above: measure, do not match the code by eye.",
     ),
     misconceptions=(
         Misconception("learning_rate",
