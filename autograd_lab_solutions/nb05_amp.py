@@ -168,9 +168,10 @@ register(Exercise(
         Misconception("not_power_of_two", "Return a power of two (by default GradScaler moves its scale by "
                       "factors of 2, and a power of two scales exactly, without rounding any gradient).",
                       lambda s, r, args: not _is_power_of_two(float(s))),
-        Misconception("rounds_to_max", "Twice your scale would put the largest gradient a little above "
-                      "65504, and float16 rounds that down to 65504, not up to inf: it is not an overflow, so "
-                      "the larger scale is the answer.", _rounds_to_max),
+        Misconception("rounds_to_max", "This scale does not overflow, but it is not the largest that does "
+                      "not: the limit you stopped at is not where float16 starts to give inf. Re-read the "
+                      "number-formats cell: what does float16 make of a value a little above its largest "
+                      "number?", _rounds_to_max),
         Misconception("too_small", "This scale does not overflow, but a larger power of two would not "
                       "either: the prompt asks for the largest, which lifts the small gradients as far from "
                       "float16's bottom (subnormals, then zero) as the largest gradient allows.",
