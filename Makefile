@@ -21,7 +21,7 @@ NB_WORKERS = $(shell $(BIN)/python -c 'import torch; print(1 if torch.cuda.is_av
 # they import, the GPU records they show, or the environment.
 EXECUTED := build/executed
 EXECUTED_RAN := $(EXECUTED)/.ran
-NOTEBOOK_INPUTS := $(wildcard notebooks/*.ipynb docs/gpu/*) \
+NOTEBOOK_INPUTS := $(wildcard notebooks/*.ipynb) \
 	$(shell find autograd_lab autograd_lab_solutions -type f \( -name '*.py' -o -name '*.j2' -o -name '*.json' \) 2>/dev/null)
 SITE := build/site
 SITE_BUILT := $(SITE)/.built

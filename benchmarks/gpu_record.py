@@ -1,4 +1,4 @@
-"""Run every GPU measurement of the course and write a dated record under docs/gpu/.
+"""Run every GPU measurement of the course and write a dated record under autograd_lab/labs/gpu_data/.
 
     python benchmarks/gpu_record.py            # on a machine with an NVIDIA GPU
     python benchmarks/gpu_record.py --only amp_precisions
@@ -7,7 +7,8 @@ The measurements are the functions registered with ``gpu_records.measurement`` (
 same code the notebooks run when they find a GPU).  The record names the machine, the
 GPU, torch and CUDA, and the date; notebooks 05 and 06 show it to students without a
 GPU.  Commit the JSON it writes.  Without a GPU it writes nothing and exits 1: GPU
-numbers are never made up or typed by hand.
+numbers are never made up or typed by hand.  The records are package data
+(``gpu_records.RECORDS_DIR``), so the student build and a wheel carry them.
 """
 
 import argparse

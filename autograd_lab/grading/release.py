@@ -5,7 +5,8 @@
 * ``out_dir/notebooks/``: the shipped notebooks, outputs cleared, each stamped
   with the release it came from and the exercises it had (``stamp``);
 * ``out_dir/autograd_lab/``: the package (which never holds a solution) with
-  ``public/<NN>.pt`` added (see ``checking/public.py`` for what those hold);
+  ``public/<NN>.pt`` added (see ``checking/public.py`` for what those hold), and
+  the GPU records notebooks 05 and 06 print without a GPU (``labs/gpu_data/``, package data);
 * ``out_dir/README.md`` and ``out_dir/requirements.txt``: how a student sets it up.
 
 The stamp is signed with the instructor's release key (``release_key``), so the

@@ -5,11 +5,16 @@ Each GPU measurement of the course is a function registered here with
 ``Table`` (columns, rows, and the robust facts the notebook asserts).  The same
 function runs in the notebook when a GPU is present and in
 ``benchmarks/gpu_record.py``, which writes a dated record of every measurement to
-``docs/gpu/<date>-<gpu>.json``.  On a CPU-only machine a notebook calls
-``show("name")``: it prints the newest committed record of that measurement,
+``autograd_lab/labs/gpu_data/<date>-<gpu>.json``.  On a CPU-only machine a notebook
+calls ``show("name")``: it prints the newest committed record of that measurement,
 labelled with its machine, GPU, torch, CUDA and date, or says (to the student,
 without instructions meant for maintainers) that none is committed yet.  GPU
 numbers are never typed by hand.
+
+The records are package data beside this module, not repository files: they go
+wherever the package goes (the repository, a student or self-study build made by
+``autograd-lab release``, a wheel, the kernel of a ``work/`` copy), so a notebook
+shows the same record from all of them.
 """
 
 import importlib
@@ -18,7 +23,7 @@ import pkgutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-RECORDS_DIR = Path(__file__).resolve().parents[2] / "docs" / "gpu"
+RECORDS_DIR = Path(__file__).resolve().with_name("gpu_data")   # package data: see the docstring
 MEASUREMENTS = {}
 
 
