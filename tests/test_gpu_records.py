@@ -43,7 +43,9 @@ def test_every_registered_measurement_is_runnable_by_the_record_script():
 
 
 def test_committed_records_are_well_formed():
-    for record in gpu_records.load_records():
+    records = gpu_records.load_records()
+    assert records, f"no GPU record in {gpu_records.RECORDS_DIR}: notebooks 05 and 06 would have none to show"
+    for record in records:
         assert {"date", "machine", "gpu", "torch", "cuda", "measurements"} <= set(record)
         for table in record["measurements"].values():
             assert all(len(row) == len(table["columns"]) for row in table["rows"])

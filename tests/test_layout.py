@@ -73,6 +73,8 @@ def test_a_wheel_built_from_pyproject_carries_no_solution(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert any(name.startswith("autograd_lab/checking/") for name in names), names[:20]
     assert "autograd_lab/course/site_template/autograd_lab_site/index.html.j2" in names
+    records = sorted((ROOT / "autograd_lab" / "labs" / "gpu_data").glob("*.json"))   # package data, as in a release
+    assert records and all(f"autograd_lab/labs/gpu_data/{path.name}" in names for path in records), names
     leaked = [name for name in names if "solution" in name.split("/")[0] or "/solutions/" in name
               or name.startswith("autograd_lab_solutions")]
     assert not leaked, leaked

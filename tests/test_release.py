@@ -3,6 +3,7 @@
 import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -178,6 +179,59 @@ def test_check_works_in_a_fresh_python_with_only_the_release_on_the_path(build, 
     assert set(out["detectors"]) <= {"claims.<locals>.detect", "fingerprint"}
 
 
+RECORD_CELLS = textwrap.dedent("""
+    import json, sys
+    sys.path[:0] = [sys.argv[1], sys.argv[2]]
+    import nbformat
+    from autograd_lab.labs import gpu_records
+    print(json.dumps({"records": str(gpu_records.RECORDS_DIR),
+                      "latest": {name: gpu_records.latest(name) for name in json.loads(sys.argv[3])}}))
+    for path in sys.argv[4:]:   # a notebook's imports, then each cell that shows a GPU record
+        cells = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+        scope = {}
+        for source in [cells[0]] + [c for c in cells if "gpu_records.show(" in c or "gpu_record_or_plan(" in c]:
+            exec(compile(source, path, "exec"), scope)
+""")
+_SHOWN = re.compile(r"(?:gpu_records\.show|gpu_record_or_plan)\(\s*\"(\w+)\"")
+
+
+def _shown_measurements(notebooks):
+    """The measurements whose records the notebooks' no-GPU branches print (05: show, 06: gpu_record_or_plan)."""
+    import nbformat
+
+    sources = [cell.source for path in notebooks for cell in nbformat.read(str(path), as_version=4).cells]
+    return sorted({name for source in sources for name in _SHOWN.findall(source)})
+
+
+def _run_record_cells(root, names, notebooks=()):
+    """A fresh Python with only ``root`` (and torch's site folder) on its path, no GPU visible."""
+    done = subprocess.run([sys.executable, "-S", "-c", RECORD_CELLS, str(root), sysconfig.get_paths()["purelib"],
+                           json.dumps(names), *map(str, notebooks)], cwd=root, capture_output=True, text=True,
+                          timeout=300, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": ""})
+    assert done.returncode == 0, done.stderr[-3000:]
+    first, _, printed = done.stdout.partition("\n")
+    return json.loads(first), printed
+
+
+def test_the_release_carries_the_gpu_records_that_notebooks_05_and_06_print(build):
+    """Students and graders on CPUs see "the recorded run" the prose of 05 and 06 reads from (audits, round 12)."""
+    from autograd_lab.labs import gpu_records
+
+    notebooks = [next((build / "notebooks").glob(f"{number}_*.ipynb")) for number in ("05", "06")]
+    names = _shown_measurements(notebooks)
+    assert {"amp_precisions", "checkpoint_peak", "empty_cache"} <= set(names), names
+    found, printed = _run_record_cells(build, names, notebooks)
+    assert found["records"] == str(build / "autograd_lab" / "labs" / "gpu_data")
+    for name in names:
+        newest = gpu_records.latest(name)
+        assert newest is not None, f"the repository has no record of {name!r}"
+        assert found["latest"][name] == newest, name     # the newest record, as the repository has it
+        assert (f"Recorded on a GPU, not on this machine: {newest['gpu']} ({newest['machine']}), "
+                f"torch {newest['torch']}, CUDA {newest['cuda']}, {newest['date']}.") in printed, name
+        assert gpu_records.format_table(newest["measurements"][name]) in printed, name
+    assert "No GPU record" not in printed and "has been recorded for the course yet" not in printed, printed
+
+
 def test_self_study_build_keeps_the_solutions(tmp_path, capsys):
     from autograd_lab.course import cli
 
@@ -186,6 +240,10 @@ def test_self_study_build_keeps_the_solutions(tmp_path, capsys):
     path = tmp_path / "self"
     assert (path / "autograd_lab_solutions" / "nb00_start_here.py").exists()
     assert not (path / "autograd_lab" / "public").exists()
+    from autograd_lab.labs import gpu_records   # self-study on a CPU laptop shows the same GPU records
+    names = _shown_measurements(release.NOTEBOOKS.glob("0[56]_*.ipynb"))
+    found, _ = _run_record_cells(path, names)
+    assert found["latest"] == {name: gpu_records.latest(name) for name in names} and None not in found["latest"].values()
 
 
 def _public_exercises(build):
