@@ -263,8 +263,12 @@ def test_background_is_transparent_and_every_node_is_filled():
     y.sum().backward(retain_graph=False)
     source = draw(y, legend=True).source
     assert 'bgcolor="transparent"' in source
+    # Every node starts filled (the node defaults); a node line that sets its own style keeps it.
+    defaults = next(line for line in source.splitlines() if line.strip().startswith("node ["))
+    assert 'style="filled"' in defaults
     node_lines = [line for line in source.splitlines() if "[label=" in line and "->" not in line]
-    assert node_lines and all("filled" in line for line in node_lines)
+    styles = [part.split('"')[1] for line in node_lines for part in line.split(" style=")[1:]]
+    assert node_lines and styles and all("filled" in style for style in styles)
 
 
 # -- trace_backward in a notebook ------------------------------------------------
