@@ -392,6 +392,17 @@ def _sync_first(model, micro_batches):
                 (F.mse_loss(model(x), y) * share).backward()
 
 
+def _synced_one_first(model, micro_batches):
+    """"In any order" taken at its word (audit 08-r12, item 11): the last micro-batch's synchronised backward
+    runs first, the others inside ``no_sync()`` after it, every row weighted right."""
+    shares = _shares(micro_batches)
+    x, y = micro_batches[-1]
+    (F.mse_loss(model(x), y) * shares[-1]).backward()
+    for (x, y), share in zip(micro_batches[:-1], shares):
+        with model.no_sync():
+            (F.mse_loss(model(x), y) * share).backward()
+
+
 def _sync_middle(model, micro_batches):
     middle = len(micro_batches) // 2
     for step, ((x, y), share) in enumerate(zip(micro_batches, _shares(micro_batches))):
@@ -507,10 +518,19 @@ def _averaged_outside_ddp(student, reference, args):
     return synced is not None and all(len(s) == 0 for s in synced) and _ranks_agree(student)
 
 
-def _allreduced_early(student, reference, args):
+def _allreduced_once_after(student, args, first, last):
+    """One all-reduce on every rank, after a forward numbered ``first`` to ``last`` (from 1), of all k."""
     synced, rows = _counts(student, "allreduced_after_forward"), _counts(student, "forward_rows")
     return (synced is not None and rows is not None and all(len(r) == _k(args) for r in rows)
-            and all(len(s) == 1 and s[0] < _k(args) for s in synced))
+            and all(len(s) == 1 and first <= s[0] <= last for s in synced))
+
+
+def _allreduced_first(student, reference, args):
+    return _k(args) > 1 and _allreduced_once_after(student, args, 1, 1)
+
+
+def _allreduced_early(student, reference, args):
+    return _allreduced_once_after(student, args, 2, _k(args) - 1)
 
 
 def _fewer_forwards(student, reference, args):
@@ -569,7 +589,7 @@ register(Exercise(
     call="autograd_lab.labs.ddp_check:on_ranks",   # the answer runs on 2 real gloo ranks
     modifies=("model:grad",),     # on each rank (the ranks report what the answer changed in their copies)
     hints=(
-        "Which call makes DDP decide that the next backward will all-reduce? The notebook measured it with three "
+        "Which call makes DDP decide that the next backward will all-reduce? The notebook measured it with four "
         "variants of the loop.",
         "Only one backward may all-reduce, and it must be the one that completes the local sum of all "
         "micro-batches: any earlier one averages a partial sum, and the rest stays different on each rank.",
@@ -604,10 +624,19 @@ register(Exercise(
                       "outside DDP, by a collective of your own. The exercise asks for DDP's own synchronisation, "
                       "once, in the last backward.",
                       _averaged_outside_ddp),
+        # Audit 08-r12 item 11: a synchronised backward run first, in an order of the student's own, matched no
+        # print in a release and got only "got 1, which is not the expected value".
+        Misconception("synced_first",
+                      "DDP all-reduced once, but in the first backward of the step: that all-reduce averaged one "
+                      "micro-batch's gradients, and the gradients accumulated inside `no_sync()` after it stayed "
+                      "on each rank, unaveraged, so the two ranks ended with different gradients. "
+                      "The micro-batches may come in any order, but not the synchronised backward: it averages "
+                      "only what has been accumulated when it runs.",
+                      _allreduced_first),
         Misconception("synced_early",
-                      "DDP all-reduced once, but before the last micro-batch: that all-reduce averaged only the "
-                      "micro-batches seen so far, and what was accumulated after it stayed local, so the two "
-                      "ranks ended with different gradients.",
+                      "DDP all-reduced once, but not in the last backward of the step: that all-reduce averaged "
+                      "only the micro-batches seen so far, and what was accumulated after it stayed local, so "
+                      "the two ranks ended with different gradients.",
                       _allreduced_early),
         Misconception("one_big_batch",
                       "The model ran fewer forwards than there are micro-batches: the micro-batches were joined "
@@ -643,7 +672,9 @@ register(Exercise(
         WrongAnswer(_through_the_parameters, expect="bypassed_ddp", note="the inner module's parameters by hand"),
         WrongAnswer(_never_synced, expect="never_synced"),
         WrongAnswer(_averaged_by_hand, expect="averaged_by_hand"),
-        WrongAnswer(_sync_first, expect="synced_early", note="issue 20: ranks disagree"),
+        WrongAnswer(_sync_first, expect="synced_first", note="issue 20: ranks disagree"),
+        WrongAnswer(_synced_one_first, expect="synced_first",
+                    note="audit 08-r12 item 11: the last micro-batch synchronised, run first (\"in any order\")"),
         WrongAnswer(_sync_middle, expect="synced_early"),
         WrongAnswer(_one_big_batch, expect="one_big_batch", note="issue 20: no accumulation, no no_sync"),
         WrongAnswer(_one_backward, expect="one_backward"),
