@@ -172,6 +172,45 @@ def test_scoring_judges_honest_records_like_check_does():
     assert grade["status"] == "failed" and grade["misconception"] == "sign_flipped"
 
 
+def _amp_order_as_numpy_strings(micro_batches, clip, schedule):
+    import numpy as np
+    tail = (["unscale", "clip"] if clip else []) + ["scaler_step", "scaler_update"] + (
+        ["scheduler_step_unless_skipped"] if schedule else [])
+    return list(np.concatenate([np.tile(["forward_in_autocast", "scale_and_backward"], micro_batches), tail]))
+
+
+def _numpy_diagnosis():
+    import numpy as np
+    return {np.str_("A"): np.str_("missing_from_optimizer"), "B": np.str_("graph_cut"), "C": np.str_("no_zero_grad")}
+
+
+@pytest.mark.parametrize("exercise_id, make", [("05.amp_step_order", lambda: _amp_order_as_numpy_strings),
+                                               ("07.diagnose", _numpy_diagnosis)])
+def test_numpy_strings_are_sent_as_plain_text_and_graded_like_check_does(exercise_id, make):
+    """adv-05-08-r8 finding 4: ``numpy.str_`` (a ``str`` subclass) went into the records as itself; check() said
+    passed and the grader's ``weights_only`` load refused the payload: a correct answer scored error 0/1."""
+    exercise = checking.get(exercise_id)
+    seeds = [*exercise.public_seeds, *exercise.hidden_seeds]
+    records = {seed: checking.observe(exercise, make(), seed) for seed in seeds}
+
+    def texts(value):
+        if isinstance(value, dict):
+            for key, item in value.items():
+                yield from texts(key)
+                yield from texts(item)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                yield from texts(item)
+        elif isinstance(value, str):
+            yield value
+    assert {type(text) for text in texts(records)} == {str}
+    buffer = io.BytesIO()
+    torch.save({"records": records, "fingerprints": {}}, buffer)     # as harvest.emit sends them
+    grade = scoring.grade_from_payload(exercise, base64.b64encode(buffer.getvalue()).decode(), seeds)
+    assert grade["status"] == "passed" and grade["score"] == grade["max_score"], grade
+    assert checking.check(exercise_id, make()).status not in ("failed", "error")
+
+
 class _Boom:
     def __reduce__(self):
         return (os.system, ("touch /tmp/autograd-lab-pwned",))

@@ -70,8 +70,10 @@ def encode(value, _depth=0):
     """The plain record of ``value`` (see the module docstring)."""
     if _depth > 20:
         return {KIND: "object", "type": type(value).__name__, "repr": "(nested too deeply)"}
-    if value is None or isinstance(value, (bool, str)):
+    if value is None or isinstance(value, bool):
         return value
+    if isinstance(value, str):      # ``numpy.str_`` and other subclasses, as plain text: the grader loads
+        return str.__str__(value)   # records with ``weights_only=True``, which refuses them (adv-05-08-r8 4)
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
@@ -96,7 +98,7 @@ def encode(value, _depth=0):
 
 
 def _key(key):
-    return key if isinstance(key, str) else repr(key)
+    return str.__str__(key) if isinstance(key, str) else repr(key)
 
 
 def _as_python_number(value):
