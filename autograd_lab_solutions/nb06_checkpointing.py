@@ -4,6 +4,7 @@ import torch
 import torch.nn as nn
 
 from autograd_lab.checking import Exercise, Misconception, WrongAnswer, checkpoint_used, register
+from autograd_lab.checking.methods import no_library
 from autograd_lab.labs import saved_check
 from autograd_lab_solutions._mutants import mutant
 
@@ -48,7 +49,8 @@ register(Exercise(
     hints=(
         "Only segment counts that divide n give uniform segments: try every divisor s of n.",
         "Count (s - 1) + n // s + 1 for each divisor and keep the smallest.",
-        "When two counts tie (s and n // s often do), prefer the smaller s: it recomputes fewer blocks.",
+        "s and n // s always give the same count, so the fewest can be reached twice: prefer the smaller s, "
+        "which recomputes fewer blocks.",
     ),
     misconceptions=(
         Misconception("not_divisor", "Segments must be uniform: choose s among the divisors of n. sqrt(n), "
@@ -139,6 +141,15 @@ def _nothing_freed(sizes):
     return kept, kept + max(sizes[:-1], default=0)
 
 
+def _step_memory_model(sizes):
+    """Audit 06-r12 item 5: the lab's own step model (step_moments, printed in the notebook) read term by term."""
+    from autograd_lab.labs.step_memory import step_moments
+
+    activations = ("kept by checkpoints", "saved by the last segment", "recomputed segment")
+    counts = [round(sum(m.terms.get(term, 0) for term in activations)) + 1 for m in step_moments(sizes, 64, 2**20)]
+    return (len(sizes) - 1) + sizes[-1] + 1, max(counts)
+
+
 def _sizes_max_of_empty(sizes):
     """Adversary round 7 (sf_emptymax): right for two segments or more, ValueError for one."""
     kept = (len(sizes) - 1) + sizes[-1] + 1
@@ -154,11 +165,16 @@ register(Exercise(
     public_seeds=(0, 1, 2, 3),
     hidden_seeds=(101, 102, 103, 104),
     points=2,
+    # The notebook imports the lab's step model and prints its source: the count is the skill (audit 06-r12, 5).
+    method=no_library("code:autograd_lab.labs.step_memory",
+                      name="your own count (no `step_memory` model, which the notebook uses to check the profiler)",
+                      tag="used_step_model"),
     hints=(
         "A checkpointed segment keeps one tensor: its input. Which segments are checkpointed?",
         "The last segment runs normally: each of its blocks keeps one activation, plus its input.",
         "During backward, a checkpointed segment is recomputed while the inputs of the segments before it "
-        "(and its own) are still kept. Which segment's recomputation holds the most at once?",
+        "(and its own) are still kept. What does each recomputation hold at once? Compare it with what the "
+        "forward pass leaves alive.",
     ),
     misconceptions=(
         Misconception("all_segments_checkpointed", "checkpoint_sequential does not checkpoint the last "
@@ -203,6 +219,8 @@ register(Exercise(
         WrongAnswer(_recomputed_without_own_input, expect="recomputed_without_own_input",
                     note="adversary round 7 (sf_mostforgot)"),
         WrongAnswer(_nothing_freed, expect="nothing_freed", note="adversary round 7 (sf_wrong2)"),
+        WrongAnswer(_step_memory_model, expect="used_step_model",
+                    note="audit 06-r12 item 5: step_moments' terms summed, right on every case"),
         WrongAnswer(_sizes_max_of_empty, expect="error",
                     note="adversary round 7 (sf_emptymax): one public and one hidden case hold a single segment"),
     ),

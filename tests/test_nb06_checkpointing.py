@@ -82,7 +82,11 @@ def test_saved_for_segments_wrong_answers_print_nothing_another_prints():
             return answer(list(sizes))
         except Exception as error:
             return type(error).__name__
-    prints = {wrong.expect: [output(wrong.answer, sizes) for sizes in cases] for wrong in exercise.wrong_answers}
+    # A wrong answer refused for its method (the lab's step model, audit 06-r12 item 5) prints the right values:
+    # the method names it, not its prints.
+    by_method = {method.tag for method in exercise.method}
+    prints = {wrong.expect: [output(wrong.answer, sizes) for sizes in cases] for wrong in exercise.wrong_answers
+              if wrong.expect not in by_method}
     for tag, outputs in prints.items():
         assert any(out != ok for out, ok in zip(outputs, right)), tag            # wrong somewhere in public
         for out, ok in zip(outputs, right):
