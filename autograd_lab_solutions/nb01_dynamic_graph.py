@@ -705,8 +705,9 @@ NO_NUMERICAL_DERIVATIVE = Method(
     watch=tuple(f"args:{name}" for name in _EVALUATED) + tuple(f"code:{name}" for name in _EVALUATED
                                                              if name.startswith(("math:", "cmath:"))),
     explain=lambda facts: (
-        "your tanh evaluated tanh (or the exponential it is written with) at a point other than its node's input "
-        "(such as u + h and u - h, or a complex u + ih): that is a numerical derivative, not one you worked out."
+        "your tanh evaluated tanh (or the exponential it is written with, or a function of your own) at a point "
+        "other than its node's input (such as u + h and u - h, or a complex u + ih): that is a numerical derivative, "
+        "not one you worked out."
         if facts["tiny_off_input"] else
         "your tanh computed with complex tensors: a complex-step derivative is numerical." if facts["complex_outputs"]
         else f"your code computed with Python complex numbers (`complex`, `1j` or `.imag` in "
@@ -736,6 +737,16 @@ def _complex_step_by_literal(u, t, step=1e-30):
         return (e - 1 / e) / (e + 1 / e)
     value = tanh(u + step * 1j)
     return ((value - value.conjugate()) / 2j).real / step
+
+
+def _richardson_by_power(u, t):
+    """Adversarial round 9 (adv-00-04-r8 F3): central differences of tanh written with the builtin ``**``,
+    extrapolated to step zero (Richardson, steps 1e-2 to 2.5e-3: right to about 1e-11, inside rtol 1e-10).  No
+    watched function runs; the answer's own ``f`` is called at ``u +- h`` (``facts._Points.stencils``)."""
+    f = lambda s: 1 - 2 / (math.e ** (2 * s) + 1)     # noqa: E731 (the attack's own spelling)
+    D = [(f(u + h) - f(u - h)) / (2 * h) for h in (1e-2, 5e-3, 2.5e-3)]
+    R = [(4 * D[i + 1] - D[i]) / 3 for i in range(2)]
+    return (16 * R[1] - R[0]) / 15
 
 
 def _only_roughly_right(student, reference, args):
@@ -842,6 +853,8 @@ register(Exercise(
                     note="complex step through the builtin ** (adv-00-04-r6 01-2)"),
         WrongAnswer(_tanh_with_local(_complex_step_by_literal), expect="finite_differences",
                     note="complex step with a 1j literal"),
+        WrongAnswer(_tanh_with_local(_richardson_by_power), expect="finite_differences",
+                    note="adversarial round 9 (adv-00-04-r8 F3): Richardson differences, tanh via math.e **"),
         WrongAnswer(_float32_forward, expect="difference_quotient", note="tanh computed in float32 by torch"),
         WrongAnswer(_tanh_never_attached, expect="typed_formula", note="closure never attached"),
         WrongAnswer(_tanh_without_parent, expect="typed_formula", note="a node without its input"),

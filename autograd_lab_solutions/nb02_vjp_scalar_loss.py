@@ -502,6 +502,27 @@ def _slope_by_forward_difference_of_exp(A, h=1e-7):
     return (tanh(A * (1 + h)) - tanh(A)) / (A * h)
 
 
+def _richardson(f, A, steps=(1e-2, 5e-3, 2.5e-3)):
+    """Central differences of ``f`` at ``A`` extrapolated to step zero (Richardson): accurate to about 1e-11 with
+    steps of 1e-2, ten times the 0.1 % a plain quotient's step stays under (adv-00-04-r8 F4, F5)."""
+    D = [(f(A + h) - f(A - h)) / (2 * h) for h in steps]
+    R = [(4 * D[i + 1] - D[i]) / 3 for i in range(len(D) - 1)]
+    return (16 * R[1] - R[0]) / 15
+
+
+def _slope_by_richardson_powers(A):
+    """Adversarial round 9 (adv-00-04-r8 F4): tanh' by Richardson differences of tanh written with ``torch.e **``
+    (no tanh or exp call: ``aten::pow``'s exponent is a watched point, ``facts._POWERS``)."""
+    return _richardson(lambda u: 1 - 2 / (torch.e ** (2 * u) + 1), A)
+
+
+def _slope_by_richardson_inline(A):
+    """The same with the powers written inline, no function called at the stepped points."""
+    D = [((1 - 2 / (torch.e ** (2 * (A + h)) + 1)) - (1 - 2 / (torch.e ** (2 * (A - h)) + 1))) / (2 * h)
+         for h in (1e-2, 5e-3, 2.5e-3)]
+    return (16 * (4 * D[2] - D[1]) / 3 - (4 * D[1] - D[0]) / 3) / 15
+
+
 _mlp_backward_by_complex_step = _mlp_numerical(1e-30, lambda loss: loss.imag, [(1.0, torch.tensor(1e-30j))])
 _mlp_backward_by_renamed_differences = _mlp_numerical(
     2e-5, lambda loss: loss, [(1.0, torch.tensor(1e-5, dtype=torch.float64)), (-1.0, torch.tensor(-1e-5, dtype=torch.float64))])
@@ -562,6 +583,10 @@ register(Exercise(
                     note="points moved in NumPy, evaluated by torch.tanh"),
         WrongAnswer(_mlp_with_tanh_slope(_slope_by_forward_difference_of_exp), expect="difference_quotient",
                     note="forward difference of tanh written with exp, relative step"),
+        WrongAnswer(_mlp_with_tanh_slope(_slope_by_richardson_powers), expect="difference_quotient",
+                    note="adversarial round 9 (adv-00-04-r8 F4): Richardson differences, tanh via torch.e **"),
+        WrongAnswer(_mlp_with_tanh_slope(_slope_by_richardson_inline), expect="difference_quotient",
+                    note="the same written inline: torch's ops are dispatched, no helper needed"),
         WrongAnswer(_mlp_with_tanh_slope(_slope_in_decimal), expect="library_derivative",
                     note="adversarial round 8 (m_s5): exact-arithmetic quotient (methods.EXACT_ARITHMETIC)"),
         WrongAnswer(_mlp_without_activation_grad, expect="missing_activation_grad"),
@@ -719,6 +744,15 @@ def _central_through_powers(u, v, h=1e-6):
     return (math.log(1 + math.e ** (u + h)) - math.log(1 + math.e ** (u - h))) / (2 * h)
 
 
+class _softplus_by_richardson_powers(Softplus):
+    """Adversarial round 9 (adv-00-04-r8 F5): Richardson differences of softplus written as log(1 + e ** u)."""
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return grad_output * _richardson(lambda u: torch.log(1 + torch.e ** u), x)
+
+
 class _softplus_by_numpy_quotient(Softplus):
     """The quotient in NumPy, from x.numpy()."""
 
@@ -837,6 +871,8 @@ register(Exercise(
         WrongAnswer(_python_quotient(_central_through_powers), expect="own_function",
                     note="math.e ** (x + h) and math.log: no exp call"),
         WrongAnswer(_softplus_by_numpy_quotient, expect="own_function", note="NumPy logaddexp quotient"),
+        WrongAnswer(_softplus_by_richardson_powers, expect="own_function",
+                    note="adversarial round 9 (adv-00-04-r8 F5): Richardson differences, softplus via torch.e **"),
         WrongAnswer(_python_quotient(_central_in_decimal), expect="own_function",
                     note="adversarial round 8 (sp_s1): a quotient in 60-digit decimal (methods.EXACT_ARITHMETIC)"),
         WrongAnswer(_softplus_quotient_in_forward, expect="own_function", note="NumPy quotient in forward, saved"),

@@ -994,3 +994,59 @@ def _train_numpy_check_pickled_result(w0, x, y, lr, steps, k):
 def test_round7_correct_answers_that_copy_or_export_values_pass_public_and_hidden(exercise_id, answer):
     result = _check_everything(next(e for e in EXERCISES if e.id == exercise_id), answer)
     assert result.status == "passed" and result.hidden_total and result.hidden_passed == result.hidden_total, repr(result)
+
+
+# --- adversarial round 9 (adv-00-04-r8 F3): a numerical derivative of tanh in Python floats ---------------------
+# Extrapolated central differences (Richardson, steps 1e-2 to 2.5e-3) are right to about 1e-11, inside rtol 1e-10,
+# and `math.e ** u` on floats is no call a recorder sees.  Closed where the quotient calls a function of the answer's
+# own at u + k h (`facts._Points.stencils`, the bank's `_richardson_by_power`); the same arithmetic written inline,
+# with no call at the stepped points, is not observable: docs/authoring-exercises.md, "What the tape cannot see".
+
+def _tiny_tanh_with(local):
+    from autograd_lab.labs.tiny_engine import Value
+
+    def tiny_tanh(a):
+        t = math.tanh(a.data)
+        d = local(a.data, t)
+        out = Value(t, (a,), "tanh")
+
+        def _backward():
+            a.grad += d * out.grad
+        out._backward = _backward
+        return out
+    return tiny_tanh
+
+
+def _derivative_from_the_output(u, t):
+    def slope(y):                   # a helper of one's own called at tanh(u), near u when u is small
+        return 1 - y * y
+    return slope(t)
+
+
+def _derivative_by_sech(u, t):
+    def sech(v):                    # called at the node's input, twice
+        return 2 / (math.e ** v + math.e ** -v)
+    return sech(u) * sech(u)
+
+
+def _richardson_inline(u, t):
+    D = []
+    for h in (1e-2, 5e-3, 2.5e-3):
+        D.append(((1 - 2 / (math.e ** (2 * (u + h)) + 1)) - (1 - 2 / (math.e ** (2 * (u - h)) + 1))) / (2 * h))
+    R = [(4 * D[i + 1] - D[i]) / 3 for i in range(2)]
+    return (16 * R[1] - R[0]) / 15
+
+
+@pytest.mark.parametrize("local", [_derivative_from_the_output, _derivative_by_sech],
+                         ids=["helper-at-the-output", "helper-sech-at-the-input"])
+def test_round9_a_helper_function_of_ones_own_is_no_stencil(local):
+    exercise = next(e for e in EXERCISES if e.id == "01.tiny_tanh")
+    result = _check_everything(exercise, _tiny_tanh_with(local))
+    assert result.status == "passed" and result.hidden_passed == result.hidden_total, repr(result)
+
+
+def test_round9_limit_an_inlined_float_quotient_is_not_seen():
+    """The documented limit: no call at u + h, so nothing to judge; the grade says passed (academic integrity)."""
+    exercise = next(e for e in EXERCISES if e.id == "01.tiny_tanh")
+    result = _check_everything(exercise, _tiny_tanh_with(_richardson_inline))
+    assert result.status == "passed", repr(result)

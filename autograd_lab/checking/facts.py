@@ -242,6 +242,8 @@ class _Points:
         # torch's ops of the same names (``aten::tanh``, ``aten::tanh_``) are recorded where they are dispatched
         # (``tape._Ops``); an ``args:aten:sigmoid`` spec names an op alone
         self.ops = frozenset(f"aten::{name.partition(':')[2]}{tail}" for name in targets for tail in ("", "_"))
+        if self.ops:        # any of them written as a power, ``torch.e ** u`` (adv-00-04-r8 F4, F5): its exponent too
+            self.ops |= _POWERS
         for target in targets:
             module_name, _, name = target.partition(":")
             if module_name == "aten":
@@ -254,6 +256,30 @@ class _Points:
             if function is not None:
                 self._functions[id(function)] = (target, function, module, name)
         self._answer = answer
+        self.own = collections.defaultdict(list)    # id(code) -> the numbers the answer's own function was called at
+
+    def own_call(self, key, value):
+        """The answer's own function ``key`` was called at the number ``value`` (``tape.Tape._saw_point``)."""
+        if key in self.own or len(self.own) < self.MAX_CALLS:
+            calls = self.own[key]
+            if len(calls) < self.MAX_CALLS:
+                calls.append(value)
+
+    def stencils(self, inputs):
+        """Calls of one of the answer's own functions at ``u + k h`` for a node input ``u`` and two or more steps
+        in the ratio of small whole numbers (``u + h`` and ``u - h``, ``u + h`` and ``u + 2h``): a difference
+        quotient's stencil, whatever the function computes and however it was written.  A formula's helper is
+        called at the input, or at a value such as ``tanh(u)`` whose distance from ``u`` is in no such ratio to
+        another's."""
+        found = 0
+        for calls in self.own.values():
+            points = sorted(set(calls))[:self.MAX_VALUES]
+            for u in inputs:
+                steps = [p - u for p in points if _ROUNDING * 2.0 ** -52 * (1 + abs(u)) < abs(p - u) <= _SHIFT]
+                if any(_commensurate(a, b) for i, a in enumerate(steps) for b in steps[i + 1:]):
+                    found += 1
+                    break
+        return found
 
     def _recorder(self, target, function):
         owner = threading.get_ident()           # another thread's calls (a kernel's own) are not the answer's
@@ -334,7 +360,9 @@ class _Points:
         found = set()
         for a, (i, first) in enumerate(vectors):
             for j, second in vectors[a + 1:]:
-                if len(first) == len(second) and _a_step_apart(first, second, max(self.rounding[i], self.rounding[j])):
+                epsilon = max(self.rounding[i], self.rounding[j])
+                if len(first) == len(second) and (_a_step_apart(first, second, epsilon)
+                                                  or _translated(first, second, epsilon)):
                     found.update((i, j))
             # a value taken out of torch (``x.numpy()``, ``tolist()``) and evaluated a small step away
             if any(len(first) == len(numbers) and _a_step_apart(first, numbers, max(self.rounding[i], epsilon))
@@ -361,6 +389,8 @@ class _Points:
 
 _EPSILON = collections.defaultdict(lambda: 2.0 ** -52, {"float32": 2.0 ** -23, "float16": 2.0 ** -10,
                                                        "bfloat16": 2.0 ** -7})   # NumPy's and torch's dtype names
+_SHIFT = 1.0         # the largest step ``_translated`` judges (tanh's poles lie 1.57 from the real line)
+_POWERS = frozenset(f"aten::{name}{tail}" for name in ("pow", "exp2", "float_power") for tail in ("", "_"))
 _STEP, _ROUNDING = 1e-3, 64      # a step: at most 0.1 % of 1 + |u|, more than 64 epsilons (``tape._small_steps``)
 
 
@@ -375,6 +405,33 @@ def _a_step_apart(first, second, epsilon):
             return False
         moved = moved or step > _ROUNDING * epsilon * scale
     return moved
+
+
+def _translated(first, second, epsilon):
+    """Every entry moved by the same amount ``c``, beyond rounding, with ``|c| <= 1``: ``f(u + h)`` next to ``f(u - h)``.
+
+    A difference quotient extrapolated to step zero (Richardson: ``h`` = 1e-2, 5e-3, 2.5e-3, accurate to 1e-11,
+    adv-00-04-r8 F3-F5) steps further than the 0.1 % of ``_a_step_apart``, but it still moves the whole point by one
+    number.  A formula's points (``u``, ``-u``, ``2u``, ``tanh(u)``) differ by amounts that vary with the entry.
+    """
+    if len(first) < 2 or any(n.imag or m.imag or n.real != n.real or m.real != m.real
+                             for n, m in zip(first, second)):
+        return False
+    shifts = [a.real - b.real for a, b in zip(first, second)]
+    scale = 1 + max(abs(b.real) for b in second)
+    spread = max(b.real for b in second) - min(b.real for b in second)
+    rounding = _ROUNDING * epsilon * scale
+    return (rounding < abs(shifts[0]) <= _SHIFT and spread > rounding
+            and max(shifts) - min(shifts) <= rounding)
+
+
+_STENCIL_RATIOS = sorted({a / b for a in range(-4, 5) for b in range(1, 5) if a})
+
+
+def _commensurate(a, b):
+    """``a / b`` is a ratio of small whole numbers (up to 4), to 1e-5: two steps of one stencil."""
+    ratio = a / b
+    return any(abs(ratio - r) <= 1e-5 * abs(r) for r in _STENCIL_RATIOS)
 
 
 def _has_neighbour(value, epsilon, pool, keys):
@@ -499,7 +556,7 @@ def watch(tensors, *, watchlist=(), answer=None, sizes=True):
                             tiny_engine_runs=tiny.runs, tiny_backwards=tiny.backwards(),
                             tiny_own_backwards=tiny.own(), tiny_missing_backwards=len(tiny._missing),
                             tiny_orphans=tiny.orphans(),
-                            tiny_off_input=points.off(tiny.inputs()),
+                            tiny_off_input=points.off(tiny.inputs()) + points.stencils(tiny.inputs()),
                             stepped_points=stepped(points, list(tensors) + _tensors(result.output)),
                             tiny_unseen=sum(max(0, facts["ran"].get(f"code:{target}", 0) - points.seen[target])
                                             for target in Watchlist.of(watchlist).points),

@@ -458,10 +458,10 @@ def own_function():
             return ("your Function computes with complex tensors: a complex-step derivative is numerical. Work "
                     "out the derivative as a formula and evaluate it in `backward`.")
         if facts.get("stepped_points", 0) or grad.get("stepped_points", 0):
-            return ("your Function evaluates a function (exp, log, log1p, sigmoid, softplus...) at points a small "
-                    "step apart (such as x + h and x - h, in torch, NumPy or Python floats): that is a numerical "
-                    "derivative (a difference quotient), not one you worked out. Write the derivative as a formula "
-                    "and evaluate it at the saved tensor.")
+            return ("your Function evaluates a function (exp, log, log1p, sigmoid, softplus, a power e ** x...) at "
+                    "points a step apart (such as x + h and x - h, in torch, NumPy or Python floats): that is a "
+                    "numerical derivative (a difference quotient), not one you worked out. Write the derivative as "
+                    "a formula and evaluate it at the saved tensor.")
         if facts.get("small_steps", 0) or grad.get("small_steps", 0):
             return ("your Function evaluates at a point moved by a small step from its input (such as x + h and "
                     "x - h): that is a numerical derivative (a difference quotient), not one you worked out. "
@@ -533,9 +533,10 @@ def no_difference_quotient(functions=("tanh", "exp", "cosh", "sinh")):
         name="a derivative you work out (no numerical derivative)",
         holds=lambda facts: facts["stepped_points"] == 0,
         watch=watched,
-        message=("your answer evaluated a function (" + "/".join(functions) + ") at points a small step apart, such "
-                 "as u + h and u - h: that is a numerical derivative (a difference quotient), not one you worked "
-                 "out. Write the derivative as a formula and evaluate it at the point itself."),
+        message=("your answer evaluated a function (" + "/".join(functions) + ", or a power such as e ** u) at "
+                 "points a step apart, such as u + h and u - h (extrapolated or not): that is a numerical derivative "
+                 "(a difference quotient), not one you worked out. Write the derivative as a formula and evaluate it "
+                 "at the point itself."),
         tag="difference_quotient", origin=_made("no_difference_quotient", functions=functions))
 
 

@@ -306,8 +306,9 @@ class _Ops(TorchDispatchMode):
                 tape.provenance.forward(name, _tensors((args, kwargs)), outputs, grad_on)
         if tape.rows is not None and node is None:    # a gradient is judged by the ledger, not as data
             tape.rows.forward(name, _tensors((args, kwargs)), outputs, args)
-        if tape.points is not None and node is None and name in tape.points.ops and args:
-            tape.points.dispatched(args[0])
+        if tape.points is not None and name in tape.points.ops and args and (
+                node is None or (tape.own is not None and getattr(node, "_forward_cls", None) is tape.own)):
+            tape.points.dispatched(_evaluated_at(args))     # the answer's own backward evaluates there too
         if node is not None:
             tape.count(tape.backward_ops, name)
             tape.taint(outputs)
@@ -430,6 +431,15 @@ def _storage_key(tensor):
     except (RuntimeError, NotImplementedError, TypeError):   # sparse and other layouts without one
         return None
     return storage._cdata, storage
+
+
+def _evaluated_at(args):
+    """The tensor a watched op evaluates its function at: its only tensor, or for ``e ** u`` (``pow`` with a
+    number or a one-number tensor as the base) the exponent, the larger of the two."""
+    tensors = [arg for arg in args[:2] if torch.is_tensor(arg)]
+    if not tensors:
+        return args[0]
+    return max(reversed(tensors), key=lambda tensor: tensor.numel())
 
 
 # Ops that copy or convert without choosing a point: a float32 round trip moves values by its rounding.
@@ -785,6 +795,7 @@ class Tape:
         self.intact, self.new_instances, self._young, self._chained = True, collections.Counter(), None, None
         self.moves, self._returns = _OptimizerMoves(), {}     # who moved an optimizer's parameters; frames to see return
         self.points = None                  # facts._Points, where a method records where tanh & co. were evaluated
+        self._own_code = {}                 # id(code) -> (code, whether it is the answer's own): ``_saw_point``
 
     # dispatch-mode helpers (called per op: kept short)
     def op_name(self, func):
@@ -815,6 +826,8 @@ class Tape:
                 self._safely(self._saw_builtin, id(arg), frame)
         elif event == "call":
             code = frame.f_code
+            if self.points is not None and code.co_argcount:
+                self._safely(self._saw_point, frame, code)
             if self._printing and not _is_libraries(frame):
                 self.switched_off.append("answer code run while torch's tensor printing had the recorders off")
             if id(code) in self._codes or id(code) not in self._plain:
@@ -832,6 +845,16 @@ class Tape:
             see(*args)
         except Exception:       # a profile hook that raises would break the answer: record and go on
             self.switched_off.append("the tape's profile hook failed")
+
+    def _saw_point(self, frame, code):
+        """A function of the answer's own called at one number (``f = lambda s: ...`` at ``u + h``): its point, for
+        ``facts._Points.stencils`` (Python's ``**`` on floats is no call the recorders see: adv-00-04-r8 F3)."""
+        own = self._own_code.get(id(code))
+        if own is None:
+            own = self._own_code[id(code)] = (code, not _is_libraries(frame))   # the code kept: its id stays its own
+        value = frame.f_locals.get(code.co_varnames[0]) if own[1] else None
+        if type(value) in (float, int):
+            self.points.own_call(id(code), float(value))
 
     def _saw_values(self, frame, returned):
         """What the answer's own function held when it returned: exact or extra-precision numbers (``_EXACT_ROOTS``)."""
