@@ -34,6 +34,13 @@ def _largest_of_ties(n):
     return max(s for s, count in counts.items() if count == min(counts.values()))
 
 
+def _by_predicted_saved(n):
+    """Adversarial round 9 (adv-05-08-r8 finding 3, a06_r5): the lab's ``predicted_saved`` counts for every divisor."""
+    from autograd_lab.labs.recompute import predicted_saved
+
+    return min((s for s in range(1, n + 1) if n % s == 0), key=lambda s: (predicted_saved(n, s), s))
+
+
 def _any_segment_count(n):
     """The formula minimised over every s, divisor or not (with n / s as a float)."""
     return min(range(1, n + 1), key=lambda s: (s - 1) + n / s + 1)
@@ -46,6 +53,9 @@ register(Exercise(
     reference=best_segments,
     inputs=_block_count,
     points=1,
+    # The notebook imports the lab's count and prints its table: the count is the student's (adv-05-08-r8, 3).
+    method=no_library("code:autograd_lab.labs.recompute:predicted_saved",
+                      name="your own count of (s - 1) + n/s + 1 (not the lab's `predicted_saved`)"),
     hints=(
         "Only segment counts that divide n give uniform segments: try every divisor s of n.",
         "Count (s - 1) + n // s + 1 for each divisor and keep the smallest.",
@@ -71,6 +81,8 @@ register(Exercise(
         WrongAnswer(_largest_of_ties, expect="tie_break", note="the right count, the wrong side of sqrt(n)"),
         WrongAnswer(lambda n: n, expect="extreme"),
         WrongAnswer(lambda n: 1, expect="extreme"),
+        WrongAnswer(_by_predicted_saved, expect="used_library",
+                    note="adversary round 9 (a06_r5): the lab's predicted_saved does the count, right on every case"),
     ),
 ))
 
@@ -150,6 +162,17 @@ def _step_memory_model(sizes):
     return (len(sizes) - 1) + sizes[-1] + 1, max(counts)
 
 
+def _step_moments_read_off(sizes):
+    """Adversarial round 9 (adv-05-08-r8 finding 3, a06_r5): kept and most both read off the lab's step_moments."""
+    from autograd_lab.labs.step_memory import step_moments
+
+    terms = ("kept by checkpoints", "saved by the last segment", "recomputed segment")
+    moments = step_moments(list(sizes), width=64, batch=64)
+    held = [sum(m.terms.get(t, 0) for t in terms) for m in moments]
+    end_of_forward = max(i for i, m in enumerate(moments) if m.node is None and m.where != "the loss")
+    return int(round(held[end_of_forward])) + 1, int(round(max(held))) + 1
+
+
 def _sizes_max_of_empty(sizes):
     """Adversary round 7 (sf_emptymax): right for two segments or more, ValueError for one."""
     kept = (len(sizes) - 1) + sizes[-1] + 1
@@ -221,6 +244,8 @@ register(Exercise(
         WrongAnswer(_nothing_freed, expect="nothing_freed", note="adversary round 7 (sf_wrong2)"),
         WrongAnswer(_step_memory_model, expect="used_step_model",
                     note="audit 06-r12 item 5: step_moments' terms summed, right on every case"),
+        WrongAnswer(_step_moments_read_off, expect="used_step_model",
+                    note="adversary round 9 (a06_r5): kept and most both read off step_moments"),
         WrongAnswer(_sizes_max_of_empty, expect="error",
                     note="adversary round 7 (sf_emptymax): one public and one hidden case hold a single segment"),
     ),

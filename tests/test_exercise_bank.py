@@ -1050,3 +1050,140 @@ def test_round9_limit_an_inlined_float_quotient_is_not_seen():
     exercise = next(e for e in EXERCISES if e.id == "01.tiny_tanh")
     result = _check_everything(exercise, _tiny_tanh_with(_richardson_inline))
     assert result.status == "passed", repr(result)
+
+# --- adversarial round 9 (adv-05-08-r8 finding 1): a banned library run in a process started before the check -----
+# The worker is started before the check (as a notebook cell would) and ended after it, so no later test sees it.
+# `tape._processes_at_work`: a live child of the answer's process at the call's start fails every method.
+
+_PROCESS_WORKERS = {
+    "05.next_scales": (r'''
+import sys, json, torch
+for line in sys.stdin:
+    a = json.loads(line)
+    s = torch.full((), float(a[0])); t = torch.zeros((), dtype=torch.int32); out = []
+    for b in a[1]:
+        torch._amp_update_scale_(s, t, torch.full((), float(b)), 2.0, 0.5, int(a[2]))
+        out.append(s.item())
+    print(json.dumps(out), flush=True)
+''', lambda init_scale, found_inf, interval: [float(init_scale), [bool(b) for b in found_inf], int(interval)]),
+    "08.shard": (r'''
+import sys, json
+from torch.utils.data.distributed import DistributedSampler
+for line in sys.stdin:
+    n, w, r = json.loads(line)
+    print(json.dumps(list(DistributedSampler(range(n), num_replicas=w, rank=r, shuffle=False))), flush=True)
+''', lambda n, world_size, rank: [int(n), int(world_size), int(rank)]),
+}
+
+
+class _ProcessWorker:
+    """A child Python, started before the check, that runs the banned library for what the answer writes to it."""
+
+    def __init__(self, exercise_id):
+        self.script, self.arguments = _PROCESS_WORKERS[exercise_id]
+
+    def __enter__(self):
+        import subprocess
+        import sys
+        self.process = subprocess.Popen([sys.executable, "-u", "-c", self.script], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True)
+        return self
+
+    def __call__(self, *args):
+        import json
+        self.process.stdin.write(json.dumps(self.arguments(*args)) + "\n")
+        self.process.stdin.flush()
+        return json.loads(self.process.stdout.readline())
+
+    def __exit__(self, *exc_info):
+        self.process.stdin.close()
+        self.process.terminate()
+        self.process.wait()
+
+
+def _coverage_in_a_process():
+    """07.coverage through `optimizer_coverage`, run in a child fed pickles (a07_r2)."""
+    import base64
+    import pickle
+    import subprocess
+    script = r'''
+import sys, pickle, base64
+from autograd_lab.labs.grad_report import optimizer_coverage
+for line in sys.stdin:
+    model, opt = pickle.loads(base64.b64decode(line))
+    r = optimizer_coverage(model, opt)
+    mine = {id(p) for p in model.parameters()}
+    r["stale"] = sum(1 for g in opt.param_groups for p in g["params"] if id(p) not in mine)
+    print(base64.b64encode(pickle.dumps(r)).decode(), flush=True)
+'''
+
+    class Worker(_ProcessWorker):
+        def __init__(self):
+            self.script = script
+
+        def __call__(self, model, optimizer):
+            self.process.stdin.write(base64.b64encode(pickle.dumps((model, optimizer))).decode() + "\n")
+            self.process.stdin.flush()
+            return pickle.loads(base64.b64decode(self.process.stdout.readline()))
+    return Worker()
+
+
+@pytest.mark.parametrize("exercise_id", ["05.next_scales", "07.coverage", "08.shard"])
+def test_round9_a_library_run_in_a_process_started_before_the_check_is_refused(exercise_id):
+    exercise = next(e for e in EXERCISES if e.id == exercise_id)
+    worker = _coverage_in_a_process() if exercise_id == "07.coverage" else _ProcessWorker(exercise_id)
+    with worker:
+        seed = exercise.public_seeds[0]
+        assert worker(*exercise.inputs(seed, False)) is not None     # it works: the library's answer comes back
+        result = _check_everything(exercise, worker)
+    assert result.status != "passed" and result.hidden_passed == 0, repr(result)
+    assert "another process was running" in " ".join(result.messages), repr(result)
+
+
+def test_round9_multiprocessings_own_helpers_are_not_a_process_at_work():
+    """Notebook 08's lab cells leave multiprocessing's forkserver and resource tracker (and the course's folder
+    watcher) running for the kernel's life; they run nothing of the notebook's.  A worker forked by the server is."""
+    import multiprocessing
+    from autograd_lab.checking import tape
+    context = multiprocessing.get_context("forkserver")
+    queue = context.SimpleQueue()          # starts the resource tracker
+    process = context.Process(target=int)  # starts the forkserver
+    process.start()
+    process.join()
+    assert tape._processes_at_work() == []
+    exercise = next(e for e in EXERCISES if e.id == "08.shard")
+    assert _check_everything(exercise, exercise.reference).status == "passed"
+    idle = context.Process(target=queue.get)
+    idle.start()
+    try:
+        assert any("a child of the notebook's" in entry for entry in tape._processes_at_work())
+    finally:
+        queue.put(None)
+        idle.join()
+
+
+def test_round9_limit_a_template_from_the_public_records_passes_the_grade():
+    """adv-05-08-r8 finding 2, documented (docs/authoring-exercises.md, "A template rebuilt from the public records"):
+    the reference's lists on the public seeds (what a release's public/05.pt holds) cover every (clip, schedule)
+    structure, so a template built from them is right on every input, hidden included."""
+    from autograd_lab.checking import reference_records
+    from autograd_lab.checking.records import decode
+    exercise = next(e for e in EXERCISES if e.id == "05.amp_step_order")
+    tails, head = {}, None
+    for record in reference_records(exercise, exercise.public_seeds).values():
+        items, (micro_batches, clip, schedule) = decode(record["output"]), decode(record["inputs"])
+        head = items[:2]
+        last = max(i for i, name in enumerate(items) if name == items[1])
+        tails[(bool(clip), bool(schedule))] = items[last + 1:]
+    assert len(tails) == 3       # the fourth pair follows by set difference
+
+    def amp_step_order(micro_batches, clip, schedule):
+        key = (bool(clip), bool(schedule))
+        if key in tails:
+            tail = list(tails[key])
+        else:
+            scheduled = set(tails[(True, True)]) - set(tails[(True, False)])
+            tail = [name for name in tails[(False, True)] if name not in scheduled]
+        return list(head) * micro_batches + tail
+    result = _check_everything(exercise, amp_step_order)
+    assert result.status == "passed" and result.hidden_total and result.hidden_passed == result.hidden_total, repr(result)

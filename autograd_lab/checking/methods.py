@@ -84,6 +84,11 @@ def unobserved(facts):
                     "what ran there. Compute the result in the function itself.")
         return (f"your answer started another thread ({', '.join(threads)}), where the "
                 "checker cannot see what runs: compute the result in the function itself.")
+    processes = [entry for entry in facts.get("other_threads", ()) if entry.startswith("process ")]
+    if processes:
+        return (f"another process was running while your answer ran ({'; '.join(processes)}): the checker "
+                "cannot see what it computes. A process your notebook started is still running: end it "
+                "(terminate() and wait()) before check(), and compute the result in the function itself.")
     if facts.get("other_threads"):
         return (f"another thread was at work while your answer ran ({'; '.join(facts['other_threads'])}): the "
                 "checker cannot see what it computes. A thread your notebook started is still running: stop and "
