@@ -504,120 +504,162 @@ register(Exercise(
 
 # --- 03.train -------------------------------------------------------------------
 
-def train(w0, x, y, lr, steps, k):
+def train(w0, x, y, lr, steps, k, l2):
     w = w0.detach().clone().requires_grad_()
     optimizer = torch.optim.SGD([w], lr=lr)
     for _ in range(steps):
-        optimizer.zero_grad()              # once per optimizer step, before its k backward calls
+        optimizer.zero_grad()
         for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
-            loss = F.mse_loss(x_micro @ w, y_micro) / k
+            loss = (F.mse_loss(x_micro @ w, y_micro) + l2 * w.pow(2).sum()) / k   # 1/k of the batch's loss
             loss.backward()
         optimizer.step()
     return w.detach()
 
 
+# Round 9 (audit 03-r5 item 4, GIVE-AWAY): the bug was `zero_grad()` inside the micro-batch loop, which the
+# zero_grad section above the exercise teaches. The bug planted now is one no cell shows: the loss has a term
+# that does not depend on the data (an L2 penalty), and the given loop adds it whole to every micro-batch's
+# loss, so each step applies it k times. (Uneven micro-batches were considered: c03-unequal shows that loop
+# and its fix.)
+
+
 def _train_inputs(seed, hidden):
     g = generator(seed)
-    # lr, steps and k differ on every public seed: an answer that fixes any of them fails publicly.
+    # lr, steps, k and l2 differ on every public seed: an answer that fixes any of them fails publicly.
     # The rows per micro-batch vary and never equal the features (MICRO_BATCH_GRAPHS_PER_STEP).
     features = choose(seed, (4, 3, 5), hidden=hidden, hidden_choices=(6, 2))
     steps = choose(seed, (5, 3, 4), hidden=hidden, hidden_choices=(6, 7))
     k = choose(seed, (4, 2, 3), hidden=hidden, hidden_choices=(5, 2))
-    lr = choose(seed, (0.1, 0.05, 0.2), hidden=hidden, hidden_choices=(0.15, 0.08))
+    # lr * k is never 0.1: without any / k the loop takes the reference's step at lr * k, so _fixed_lr
+    # (0.1) would read as mean_not_divided.
+    lr = choose(seed, (0.1, 0.04, 0.2), hidden=hidden, hidden_choices=(0.15, 0.08))
     rows = choose(seed, (3, 4, 2), hidden=hidden, hidden_choices=(4, 3))
+    l2 = choose(seed, (0.1, 0.3, 0.05), hidden=hidden, hidden_choices=(0.2, 0.15))
     w0 = torch.randn(features, generator=g)
     x = torch.randn(rows * k, features, generator=g)
     y = x @ torch.randn(features, generator=g)
-    return w0, x, y, lr, steps, k
+    return w0, x, y, lr, steps, k, l2
 
 
-def _buggy_train(w0, x, y, lr, steps, k, clear="micro-batch"):
+def _variant(w0, x, y, lr, steps, k, l2, *, mean_share, penalty_share, clear="step"):
+    """The loop with each micro-batch's loss `mse * mean_share + l2 * |w|^2 * penalty_share`."""
     w = w0.detach().clone().requires_grad_()
     optimizer = torch.optim.SGD([w], lr=lr)
     for _ in range(steps):
+        if clear == "step":
+            optimizer.zero_grad()
         for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
             if clear == "micro-batch":
-                optimizer.zero_grad()      # the bug: each backward wipes the micro-batches before it
-            (F.mse_loss(x_micro @ w, y_micro) / k).backward()
+                optimizer.zero_grad()      # each backward wipes the micro-batches before it
+            (F.mse_loss(x_micro @ w, y_micro) * mean_share + l2 * w.pow(2).sum() * penalty_share).backward()
         if clear == "before step":
             optimizer.zero_grad()          # wrong place: step() then sees no gradient
         optimizer.step()
     return w.detach()
 
 
-def _zero_grad_per_micro_batch(w0, x, y, lr, steps, k):
-    return _buggy_train(w0, x, y, lr, steps, k)
+def _loop_as_given(w0, x, y, lr, steps, k, l2):
+    return _variant(w0, x, y, lr, steps, k, l2, mean_share=1 / k, penalty_share=1)
 
 
-def _no_zero_grad(w0, x, y, lr, steps, k):
-    return _buggy_train(w0, x, y, lr, steps, k, clear="never")
+def _penalty_dropped(w0, x, y, lr, steps, k, l2):
+    return _variant(w0, x, y, lr, steps, k, l2, mean_share=1 / k, penalty_share=0)
 
 
-def _zero_grad_before_step(w0, x, y, lr, steps, k):
-    return _buggy_train(w0, x, y, lr, steps, k, clear="before step")
+def _nothing_divided(w0, x, y, lr, steps, k, l2):
+    return _variant(w0, x, y, lr, steps, k, l2, mean_share=1, penalty_share=1)
 
 
-def _closed_form(w0, x, y, lr, steps, k):
+def _penalty_divided_mean_not(w0, x, y, lr, steps, k, l2):
+    return _variant(w0, x, y, lr, steps, k, l2, mean_share=1, penalty_share=1 / k)
+
+
+def _zero_grad_per_micro_batch(w0, x, y, lr, steps, k, l2):
+    return _variant(w0, x, y, lr, steps, k, l2, mean_share=1 / k, penalty_share=1 / k, clear="micro-batch")
+
+
+def _no_zero_grad(w0, x, y, lr, steps, k, l2):
+    return _variant(w0, x, y, lr, steps, k, l2, mean_share=1 / k, penalty_share=1 / k, clear="never")
+
+
+def _zero_grad_before_step(w0, x, y, lr, steps, k, l2):
+    return _variant(w0, x, y, lr, steps, k, l2, mean_share=1 / k, penalty_share=1 / k, clear="before step")
+
+
+def _closed_form(w0, x, y, lr, steps, k, l2):
     """A reviewer's shortcut: gradient descent with the formula, no autograd and no optimizer."""
     w = w0.clone()
     for _ in range(steps):
-        w = w - lr * 2 / len(x) * x.T @ (x @ w - y)
+        w = w - lr * (2 / len(x) * x.T @ (x @ w - y) + 2 * l2 * w)
     return w
 
 
-def _by_hand_update(w0, x, y, lr, steps, k):
+def _micro_batch_loss(w, x_micro, y_micro, k, l2):
+    return (F.mse_loss(x_micro @ w, y_micro) + l2 * w.pow(2).sum()) / k
+
+
+def _by_hand_update(w0, x, y, lr, steps, k, l2):
     """A reviewer's shortcut: autograd, but the update written by hand instead of the optimizer."""
     w = w0.detach().clone().requires_grad_()
     for _ in range(steps):
         w.grad = None
         for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
-            (F.mse_loss(x_micro @ w, y_micro) / k).backward()
+            _micro_batch_loss(w, x_micro, y_micro, k, l2).backward()
         with torch.no_grad():
             w -= lr * w.grad
     return w.detach()
 
 
-def _full_batch_step(w0, x, y, lr, steps, k):
+def _full_batch_step(w0, x, y, lr, steps, k, l2):
     """No accumulation: one backward on the whole batch per step (the prompt keeps the k micro-batches)."""
     w = w0.detach().clone().requires_grad_()
     optimizer = torch.optim.SGD([w], lr=lr)
     for _ in range(steps):
         optimizer.zero_grad()
-        F.mse_loss(x @ w, y).backward()
+        (F.mse_loss(x @ w, y) + l2 * w.pow(2).sum()).backward()
         optimizer.step()
     return w.detach()
 
 
-def _full_batch_k_times_per_step(w0, x, y, lr, steps, k):
-    """A reviewer's shortcut: zero_grad moved out, but each of the k passes runs the whole batch."""
+def _full_batch_k_times_per_step(w0, x, y, lr, steps, k, l2):
+    """A reviewer's shortcut: each of the k passes runs the whole batch."""
     w = w0.detach().clone().requires_grad_()
     optimizer = torch.optim.SGD([w], lr=lr)
     for _ in range(steps):
         optimizer.zero_grad()
         for _ in range(k):
-            (F.mse_loss(x @ w, y) / k).backward()
+            _micro_batch_loss(w, x, y, k, l2).backward()
         optimizer.step()
     return w.detach()
 
 
-def _fixed_lr(w0, x, y, lr, steps, k):
+def _fixed_lr(w0, x, y, lr, steps, k, l2):
     """A reviewer's overfit: the learning rate of the notebook's case, whatever the argument says."""
-    return train(w0, x, y, 0.1, steps, k)
+    return train(w0, x, y, 0.1, steps, k, l2)
 
 
-def _trains_callers_w0(w0, x, y, lr, steps, k):
+def _fixed_l2(w0, x, y, lr, steps, k, l2):
+    """An overfit: the penalty's weight of the first public case."""
+    return train(w0, x, y, lr, steps, k, 0.1)
+
+
+def _trains_callers_w0(w0, x, y, lr, steps, k, l2):
     """A reviewer's shortcut: the caller's w0 trained in place (detach without clone shares it)."""
     w = w0.detach().requires_grad_()
     optimizer = torch.optim.SGD([w], lr=lr)
     for _ in range(steps):
         optimizer.zero_grad()
         for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
-            (F.mse_loss(x_micro @ w, y_micro) / k).backward()
+            _micro_batch_loss(w, x_micro, y_micro, k, l2).backward()
         optimizer.step()
     return w.detach().clone()
 
 
-def _closed_form_written_into_grad(w0, x, y, lr, steps, k):
+def _full_batch_gradient(w, x, y, l2):
+    return 2 / len(y) * x.T @ (x @ w - y) + 2 * l2 * w
+
+
+def _closed_form_written_into_grad(w0, x, y, lr, steps, k, l2):
     """Round 4 (A3): micro-batch passes of a zero loss for show, the full-batch gradient written into .grad."""
     w = w0.detach().clone().requires_grad_()
     optimizer = torch.optim.SGD([w], lr=lr)
@@ -625,12 +667,12 @@ def _closed_form_written_into_grad(w0, x, y, lr, steps, k):
         optimizer.zero_grad()
         for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
             ((x_micro @ w).sum() * 0).backward()
-        w.grad = w.grad + (2 / len(y) * x.T @ (x @ w - y)).detach()
+        w.grad = w.grad + _full_batch_gradient(w, x, y, l2).detach()
         optimizer.step()
     return w.detach()
 
 
-def _closed_form_added_into_grad(w0, x, y, lr, steps, k):
+def _closed_form_added_into_grad(w0, x, y, lr, steps, k, l2):
     """The same, added in place into the .grad the passes left, under no_grad."""
     w = w0.detach().clone().requires_grad_()
     optimizer = torch.optim.SGD([w], lr=lr)
@@ -639,19 +681,19 @@ def _closed_form_added_into_grad(w0, x, y, lr, steps, k):
         for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
             ((x_micro @ w).sum() * 0).backward()
         with torch.no_grad():
-            w.grad.add_(2 / len(y) * x.T @ (x @ w - y))
+            w.grad.add_(_full_batch_gradient(w, x, y, l2))
         optimizer.step()
     return w.detach()
 
 
-def _by_hand_beside_an_idle_step(w0, x, y, lr, steps, k, spoil="lr"):
+def _by_hand_beside_an_idle_step(w0, x, y, lr, steps, k, l2, spoil="lr"):
     """Round 5 (trs_7): the update written by hand, then `optimizer.step()` made to move nothing."""
     w = w0.detach().clone().requires_grad_()
     optimizer = torch.optim.SGD([w], lr=lr)
     for _ in range(steps):
         optimizer.zero_grad()
         for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
-            (F.mse_loss(x_micro @ w, y_micro) / k).backward()
+            _micro_batch_loss(w, x_micro, y_micro, k, l2).backward()
         with torch.no_grad():
             w -= lr * w.grad
         if spoil == "lr":                      # the step runs at lr 0, and the lr is put back
@@ -667,7 +709,7 @@ def _by_hand_beside_an_idle_step(w0, x, y, lr, steps, k, spoil="lr"):
     return w.detach()
 
 
-def _by_hand_step_on_a_decoy(w0, x, y, lr, steps, k):
+def _by_hand_step_on_a_decoy(w0, x, y, lr, steps, k, l2):
     """The optimizer steps a decoy parameter the losses touch; w itself is updated by hand."""
     w = w0.detach().clone().requires_grad_()
     decoy = torch.zeros(1, requires_grad=True)
@@ -676,14 +718,14 @@ def _by_hand_step_on_a_decoy(w0, x, y, lr, steps, k):
         optimizer.zero_grad()
         w.grad = None
         for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
-            (F.mse_loss(x_micro @ w, y_micro) / k + decoy.sum()).backward()
+            (_micro_batch_loss(w, x_micro, y_micro, k, l2) + decoy.sum()).backward()
         optimizer.step()
         with torch.no_grad():
             w -= lr * w.grad
     return w.detach()
 
 
-def _padded_normal_equations(w0, x, y, lr, steps, k):
+def _padded_normal_equations(w0, x, y, lr, steps, k, l2):
     """Round 4 (A2): the folded full-batch loss in each of the k passes, a padding tensor forging their sizes."""
     w = w0.detach().clone().requires_grad_()
     optimizer = torch.optim.SGD([w], lr=lr)
@@ -692,17 +734,14 @@ def _padded_normal_equations(w0, x, y, lr, steps, k):
     for _ in range(steps):
         optimizer.zero_grad()
         for _ in range(k):
-            (_folded_loss(w, *parts) / k + (pad * w.sum()).sum()).backward()
+            ((_folded_loss(w, *parts) + l2 * w.pow(2).sum()) / k + (pad * w.sum()).sum()).backward()
         optimizer.step()
     return w.detach()
 
 
-def _keeps_last_micro_batch(student, reference, args):
-    return torch.allclose(student, _zero_grad_per_micro_batch(*args), atol=1e-6)
-
-
-def _accumulates_across_steps(student, reference, args):
-    return torch.allclose(student, _no_zero_grad(*args), atol=1e-6)
+def _matches(*wrong):
+    """A detector: the answer's weights are those of one of the ``wrong`` loops on the same arguments."""
+    return lambda student, reference, args: any(torch.allclose(student, loop(*args), atol=1e-6) for loop in wrong)
 
 
 def _never_moves(student, reference, args):
@@ -757,21 +796,38 @@ register(Exercise(
     method=(OPTIMIZER_STEPS, STEP_MAKES_THE_UPDATE, MICRO_BATCH_BACKWARDS, steps_on_autograd_grads(),
             MICRO_BATCH_GRAPHS_PER_STEP),
     hints=(
-        "Print `w.grad` just before `optimizer.step()` in the given loop, and compare it with the "
-        "gradient of the whole batch's loss: which micro-batches does it contain?",
-        "Each call that clears gradients erases every `backward()` before it. How many times per "
-        "optimizer step should that happen, and where?",
+        "Write the whole batch's loss as a sum over the k micro-batches: which part of each of its terms "
+        "belongs to one micro-batch?",
+        "Add up, over one step, the losses the given loop calls `backward()` on, and compare the sum with "
+        "the whole batch's loss term by term.",
     ),
     misconceptions=(
         Misconception(
+            "penalty_every_micro_batch",
+            "Your weights match the loop as given: every micro-batch's loss carries the whole penalty "
+            "`l2 * w.pow(2).sum()`, and the `k` backward calls add it up, so each step applies it `k` times.",
+            _matches(_loop_as_given)),
+        Misconception(
+            "penalty_dropped",
+            "Your steps follow the squared error alone: the penalty `l2 * w.pow(2).sum()` is part of the "
+            "batch's loss, and your gradients hold none of it.",
+            _matches(_penalty_dropped)),
+        Misconception(
+            "mean_not_divided",
+            "Each micro-batch's squared-error mean reaches the gradient whole, so the `k` backward calls add "
+            "`k` means where the batch's loss has one: the data's part of every step is `k` times too large.",
+            _matches(_nothing_divided, _penalty_divided_mean_not)),
+        Misconception(
             "last_micro_batch_only",
-            "Your weights match the loop as given: each step applied only the last micro-batch's "
-            "gradient, because the gradients were cleared before every micro-batch's backward.",
-            _keeps_last_micro_batch),
+            "Each step applied only the last micro-batch's gradient: the gradients were cleared before every "
+            "micro-batch's backward.",
+            _matches(_zero_grad_per_micro_batch,
+                     lambda *args: _variant(*args, mean_share=1 / args[5], penalty_share=1, clear="micro-batch"))),
         Misconception(
             "accumulated_across_steps",
             "Your gradients are never cleared, so every step applies the sum of all gradients so far.",
-            _accumulates_across_steps),
+            _matches(_no_zero_grad,
+                     lambda *args: _variant(*args, mean_share=1 / args[5], penalty_share=1, clear="never"))),
         Misconception(
             "zeroed_before_step",
             "Your weights never moved: the gradients were cleared between the last backward and "
@@ -779,7 +835,11 @@ register(Exercise(
             _never_moves),
     ),
     wrong_answers=(
-        WrongAnswer(_zero_grad_per_micro_batch, expect="last_micro_batch_only", note="the loop as given"),
+        WrongAnswer(_loop_as_given, expect="penalty_every_micro_batch", note="the loop as given"),
+        WrongAnswer(_penalty_dropped, expect="penalty_dropped"),
+        WrongAnswer(_nothing_divided, expect="mean_not_divided", note="no / k anywhere"),
+        WrongAnswer(_penalty_divided_mean_not, expect="mean_not_divided", note="only the penalty divided"),
+        WrongAnswer(_zero_grad_per_micro_batch, expect="last_micro_batch_only"),
         WrongAnswer(_no_zero_grad, expect="accumulated_across_steps"),
         WrongAnswer(_zero_grad_before_step, expect="zeroed_before_step"),
         WrongAnswer(_closed_form, expect="optimizer_step", note="formula, no optimizer"),
@@ -794,6 +854,7 @@ register(Exercise(
         WrongAnswer(_full_batch_k_times_per_step, expect="micro_batches", note="the whole batch k times per step"),
         WrongAnswer(_padded_normal_equations, expect="micro_batches", note="round 4 A2: padding forges the sizes"),
         WrongAnswer(_fixed_lr, expect="wrong_value", note="lr hard-coded"),
+        WrongAnswer(_fixed_l2, expect="wrong_value", note="l2 hard-coded"),
         WrongAnswer(_trains_callers_w0, expect="modified_input", note="detach without clone"),
         WrongAnswer(_closed_form_written_into_grad, expect="laundered_formula", note="round 4 A3: formula into .grad"),
         WrongAnswer(_closed_form_added_into_grad, expect="laundered_formula", note="w.grad.add_(formula)"),

@@ -357,12 +357,12 @@ def _micro_batch_grads_summed(w, x, y, k):
     return list(torch.stack(grads).cumsum(0))       # the running sums, added by hand
 
 
-def _zero_grad_after_step(w0, x, y, lr, steps, k):
+def _zero_grad_after_step(w0, x, y, lr, steps, k, l2):
     w = w0.detach().clone().requires_grad_()
     optimizer = torch.optim.SGD([w], lr=lr)
     for _ in range(steps):
         for xm, ym in zip(x.chunk(k), y.chunk(k)):
-            (F.mse_loss(xm @ w, ym) / k).backward()
+            (F.mse_loss(xm @ w, ym) / k + l2 / k * w.pow(2).sum()).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=False)
     return w
@@ -886,14 +886,14 @@ def _accumulated_from_copy(copy):
 
 
 def _train_from_copy(copy):
-    def train(w0, x, y, lr, steps, k):
+    def train(w0, x, y, lr, steps, k, l2):
         w = w0.detach().clone().requires_grad_()
         optimizer = torch.optim.SGD([w], lr=lr)
         for _ in range(steps):
             optimizer.zero_grad()
             typed_from = copy(w)
             for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
-                typed = 2 * x_micro.T @ (x_micro @ typed_from - y_micro) / x.shape[0]
+                typed = 2 * x_micro.T @ (x_micro @ typed_from - y_micro) / x.shape[0] + 2 * l2 / k * typed_from
                 ((w * typed).sum() + 0 * F.mse_loss(x_micro @ w, y_micro)).backward()
             optimizer.step()                      # steps on the laundered .grad
         return w.detach()
@@ -972,13 +972,13 @@ def _accumulated_float64_printing(w, x, y, k, held_each_time=_returns_held_gradi
     return held if held_each_time else leaf.grad
 
 
-def _train_numpy_check_pickled_result(w0, x, y, lr, steps, k):
+def _train_numpy_check_pickled_result(w0, x, y, lr, steps, k, l2):
     import numpy as np
     w = w0.detach().clone().requires_grad_()
     optimizer = torch.optim.SGD([w], lr=lr)
     for _ in range(steps):
         for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
-            (F.mse_loss(x_micro @ w, y_micro) / k).backward()
+            ((F.mse_loss(x_micro @ w, y_micro) + l2 * w.pow(2).sum()) / k).backward()
         assert np.isfinite(w.grad.numpy()).all()
         optimizer.step()
         w.grad = None

@@ -101,7 +101,7 @@ def test_rows_follow_views_copies_and_indices_not_sizes():
 
 # --- 03.train: the optimizer's step makes the update ---------------------------------------------
 
-def _model_parameters(w0, x, y, lr, steps, k):
+def _model_parameters(w0, x, y, lr, steps, k, l2):
     model = nn.Linear(len(w0), 1, bias=False)
     with torch.no_grad():
         model.weight.copy_(w0[None])
@@ -109,31 +109,32 @@ def _model_parameters(w0, x, y, lr, steps, k):
     for _ in range(steps):
         optimizer.zero_grad()
         for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
-            (F.mse_loss(model(x_micro).squeeze(1), y_micro) / k).backward()
+            (F.mse_loss(model(x_micro).squeeze(1), y_micro) / k + l2 / k * model.weight.pow(2).sum()).backward()
         optimizer.step()
     return model.weight.detach()[0]
 
 
-def _gradients_summed_in_a_buffer(w0, x, y, lr, steps, k):
+def _gradients_summed_in_a_buffer(w0, x, y, lr, steps, k, l2):
     w = w0.detach().clone().requires_grad_()
     optimizer = torch.optim.SGD([w], lr=lr)
     for _ in range(steps):
         total = torch.zeros_like(w)
         for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
             optimizer.zero_grad()
-            (F.mse_loss(x_micro @ w, y_micro) / k).backward()
+            (F.mse_loss(x_micro @ w, y_micro) / k + l2 / k * w.pow(2).sum()).backward()
             total += w.grad
         w.grad = total
         optimizer.step()
     return w.detach()
 
 
-def _one_flat_loop(w0, x, y, lr, steps, k):
+def _one_flat_loop(w0, x, y, lr, steps, k, l2):
     w = torch.nn.Parameter(w0.clone())
     optimizer = torch.optim.SGD([w], lr=lr, foreach=True)
     xs, ys = x.chunk(k), y.chunk(k)
     for t in range(steps * k):
-        (F.mse_loss(xs[t % k] @ w, ys[t % k]) / k).backward()
+        penalty = l2 * w.pow(2).sum() if t % k == 0 else 0     # the penalty once per step, in its first pass
+        (F.mse_loss(xs[t % k] @ w, ys[t % k]) / k + penalty).backward()
         if t % k == k - 1:
             optimizer.step()
             optimizer.zero_grad()
