@@ -47,9 +47,13 @@ register(Exercise(
     hints=(
         "Only leaves that require grad and that the backward pass actually reaches get a .grad, "
         "plus non-leaves with retain_grad() that it reaches.",
-        "Follow the path from loss back: loss <- c * a. Which of c and a requires grad? "
-        "Is b on that path at all, after c = b.detach()?",
-        "c = b.detach() cuts the path to b, so b's retain_grad() never fires; w is not in this graph.",
+        # Adversarial round 9 (adv-00-04-r8 F10): the hints guide the reading; none of them decides a name.
+        "Ask two questions of each name, one name at a time: which kind is it (a leaf that requires grad, a "
+        "non-leaf that called retain_grad(), or neither)? And can the backward pass reach it, following grad_fn "
+        "and next_functions down from loss's node, through only the tensors loss was computed from?",
+        "Look up what detach() returns (does the result require grad, does it have a grad_fn?) and whether a "
+        "backward pass can go through it to the tensor it came from. Then answer hint 2's questions for every "
+        "name before you write the dict.",
     ),
     misconceptions=(
         Misconception("detached_path",
@@ -182,6 +186,23 @@ def _count_by_pipelining_walk(output):
     return counts
 
 
+def _count_by_dynamo_walk(output):
+    """Adversarial round 9 (adv-00-04-r8 F6): torch._dynamo's walk of the graph counts the nodes for the answer
+    (a torch without it, 2.5.1: pipelining's walk, so the bank's entry is refused the same way on every torch)."""
+    try:
+        from torch._dynamo.output_graph import collect_reachable_grad_fns
+    except ImportError:
+        from torch.distributed.pipelining._backward import construct_reverse_graph
+
+        def collect_reachable_grad_fns(pairs):
+            return [output.grad_fn] + [n for n in construct_reverse_graph([output.grad_fn]) if n is not output.grad_fn]
+
+    counts = {}
+    for node in collect_reachable_grad_fns([(output, None)]):
+        counts[type(node).__name__] = counts.get(type(node).__name__, 0) + 1
+    return counts
+
+
 def _count_with_none_edges(output):
     """A slip (round 4, A5): the walk follows the None edges of plain inputs and counts them as nodes."""
     counts, visited, stack = {}, set(), [output.grad_fn]
@@ -227,6 +248,25 @@ NO_BACKWARD_PASS = Method(
     tag="ran_backward")
 
 
+# Every function in torch's Python source that reads `next_functions` (torch 2.5.1, 2.13.0 and 2.15.0): each walks
+# some of the graph for its caller. Adversarial round 9 (adv-00-04-r8 F6) found one more walker in torch._dynamo after
+# four were banned by name, so the family is closed here: tests/test_nb01_dynamic_graph.py scans the installed torch
+# and fails if a function that reads `next_functions` is missing. torch.testing's own test cases are left out (they
+# assert on fixed graphs and return nothing); the course's own walkers are named in the method below.
+TORCH_GRAPH_WALKERS = (
+    "code:torch._dynamo.output_graph:collect_reachable_grad_fns",
+    "code:torch._functorch._aot_autograd.logging_utils:setup_stacktrace_preservation_hooks",
+    "code:torch._higher_order_ops.invoke_leaf_function:check_escaped_gradients",
+    "code:torch.autograd.graph:_get_grad_fn_or_grad_acc",
+    "code:torch.autograd.graph:_register_logging_hooks_on_whole_graph",
+    "code:torch.distributed.fsdp._runtime_utils:_register_post_backward_hook",
+    "code:torch.distributed.optim.apply_optimizer_in_backward:_apply_optimizer_in_backward",
+    "code:torch.distributed.pipelining._backward",
+    "code:torch.nn.modules.module:Module._maybe_warn_non_full_backward_hook",
+    "code:torch.nn.parallel.distributed:DistributedDataParallel._module_wait_for_copy_hook",
+)
+
+
 register(Exercise(
     id="01.count_nodes",
     title="Walk the graph and count its nodes",
@@ -235,10 +275,8 @@ register(Exercise(
     inputs=_count_inputs,
     # The walk is the skill: the course's drawing and tracing helpers walk the graph for you.
     # The course's walkers: the drawing and tracing helpers, and the grader's graph fingerprint (round 4, A2);
-    # PyTorch's own walks over next_functions: pipelining's reverse graph (round 7, 01-1) and AOT autograd's.
-    method=(no_library("code:autograd_lab.viz", "code:autograd_lab.grading.portable",
-                       "code:torch.distributed.pipelining._backward",
-                       "code:torch._functorch._aot_autograd.logging_utils:setup_stacktrace_preservation_hooks",
+    # PyTorch's own walks over next_functions: every torch function that reads it (TORCH_GRAPH_WALKERS).
+    method=(no_library("code:autograd_lab.viz", "code:autograd_lab.grading.portable", *TORCH_GRAPH_WALKERS,
                        name="your own walk of the graph", tag="used_library"),
             NO_BACKWARD_PASS),
     hints=(
@@ -273,6 +311,8 @@ register(Exercise(
                     note="grading.portable.graph_signature (adv-00-04-r3 A2)"),
         WrongAnswer(_count_by_pipelining_walk, expect="used_library",
                     note="torch.distributed.pipelining's construct_reverse_graph (adv-00-04-r6 01-1)"),
+        WrongAnswer(_count_by_dynamo_walk, expect="used_library",
+                    note="adversarial round 9 (adv-00-04-r8 F6): torch._dynamo's collect_reachable_grad_fns"),
         WrongAnswer(_count_with_none_edges, expect="counted_none", note="None edges counted (adv-00-04-r3 A5)"),
         WrongAnswer(_count_by_profiling_backward, expect="ran_backward",
                     note="the profiler's evaluate_function events of a backward pass (adv-00-04-r2)"),

@@ -334,6 +334,20 @@ _WRITE_HIDERS = ("code:torch.autograd.graph:saved_tensors_hooks",
                  "code:torch._C._autograd:_unsafe_set_version_counter", "code:torch._C:_increment_version")
 
 
+_FUNCTIONALIZERS = ("code:torch.func:functionalize", "code:torch._C._functorch:_wrap_functional_tensor",
+                    "code:torch:_to_functional_tensor", "code:torch:_enable_functionalization")
+
+
+def _squash_functionalized(x):
+    """Adversarial round 9 (adv-00-04-r8 F7): the broken code kept as given, its in-place ops rewritten by torch."""
+    def broken(x):
+        y = torch.sigmoid(x)
+        gate = y * x
+        y.mul_(2).sub_(1)
+        return gate + y * x
+    return torch.func.functionalize(broken)(x)
+
+
 def _squash_forged_version(x):
     y = torch.sigmoid(x)
     gate = y * x
@@ -424,7 +438,14 @@ register(Exercise(
             no_library(name="the in-place write fixed, not hidden (no saved-tensor hooks, whose pack hook can copy "
                             "what a node saves, and no version counter set by hand: both silence the version error "
                             "while the write into what a node saved stays)",
-                       tag="write_hidden", specs=_WRITE_HIDERS)),
+                       tag="write_hidden", specs=_WRITE_HIDERS),
+            # Adversarial round 9 (adv-00-04-r8 F7): functionalize(broken)(x) kept the broken code and let torch
+            # rewrite its in-place ops. Every functionalization makes a functional tensor wrapper (functorch's
+            # wrap, `torch._to_functional_tensor` for FunctionalTensorMode and AOT autograd), so those are refused.
+            no_library(name="the in-place write rewritten by hand (no functionalization: `torch.func.functionalize` "
+                            "or a functional tensor, which let torch rewrite the in-place ops while the broken code "
+                            "stays as it was)",
+                       tag="functionalized", specs=_FUNCTIONALIZERS)),
     hints=(
         "Read the error, or draw the graph with show_saved=True: which nodes saved the tensor that the in-place "
         "line overwrote? There are two.",
@@ -484,6 +505,8 @@ register(Exercise(
                     note="the same hooks pushed with the builtin the context manager calls"),
         WrongAnswer(_squash_forged_version, expect="write_hidden",
                     note="adversarial round 4 (A2): the version counter set back by hand (was a bare wrong value)"),
+        WrongAnswer(_squash_functionalized, expect="functionalized",
+                    note="adversarial round 9 (adv-00-04-r8 F7): torch.func.functionalize of the broken code"),
         WrongAnswer(_squash_by_own_function, expect="custom_function",
                     note="adversarial round 1: a custom Function with a typed derivative"),
     ),

@@ -108,3 +108,45 @@ def test_a_float32_value_is_told_it_may_be_float32():
     """A forward value from torch.tanh on a float32 tensor is right to 1e-8 only: the message names float32 too."""
     full, public = _graded(_exercise("01.tiny_tanh"), nb01._float32_forward)
     assert public.misconception == "difference_quotient" and "float32" in " ".join(public.messages)
+
+
+def _torch_functions_reading_next_functions():
+    """``code:module:qualname`` of every function or method in the installed torch's Python source that reads
+    ``.next_functions`` (torch.testing's own test cases left out)."""
+    import ast
+    import pathlib
+
+    import torch
+
+    root = pathlib.Path(torch.__file__).parent
+    found = set()
+
+    def reads(node):
+        return any(isinstance(n, ast.Attribute) and n.attr == "next_functions" for n in ast.walk(node))
+
+    def visit(node, module, prefix):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                visit(child, module, prefix + [child.name])
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and reads(child):
+                found.add(f"code:{module}:{'.'.join(prefix + [child.name])}")
+            elif not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and reads(child):
+                found.add(f"code:{module}")                  # module-level code that walks: the module itself
+
+    for path in root.rglob("*.py"):
+        text = path.read_text(errors="ignore")
+        module = ".".join(path.relative_to(root.parent).with_suffix("").parts)
+        if "next_functions" in text and not module.startswith("torch.testing."):
+            visit(ast.parse(text), module, [])
+    return found
+
+
+def test_count_nodes_bans_every_torch_function_that_reads_next_functions():
+    """Adversarial round 9 (adv-00-04-r8 F6): the family of torch's graph walkers is closed, not one name at a
+    time. A new torch that adds a walker fails here until TORCH_GRAPH_WALKERS names it."""
+    banned = set(nb01.TORCH_GRAPH_WALKERS)
+    missing = {spec for spec in _torch_functions_reading_next_functions()
+               if spec not in banned and spec.rsplit(":", 1)[0] not in banned}
+    assert not missing, f"torch functions that walk next_functions, not banned in 01.count_nodes: {sorted(missing)}"
+    full, public = _graded(_exercise("01.count_nodes"), nb01._count_by_dynamo_walk)
+    assert (full.status, full.misconception) == ("failed", "used_library")

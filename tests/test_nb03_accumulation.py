@@ -162,6 +162,9 @@ def test_micro_batch_losses_padding_may_be_infinite_and_selecting_the_real_token
         "where": lambda ls, ms: [torch.where(m, l, torch.zeros_like(l)).sum() / total(ms) for l, m in zip(ls, ms)],
         "masked_select": lambda ls, ms: [l.masked_select(m).sum() / total(ms) for l, m in zip(ls, ms)],
         "masked_fill": lambda ls, ms: [l.masked_fill(~m, 0).sum() / sum(m.sum() for m in ms) for l, m in zip(ls, ms)],
+        # adversarial round 9 (adv-00-04-r8 F8): summed in float64; the prompt asks no dtype
+        "float64": lambda ls, ms: [l.masked_fill(~m, 0).sum(dtype=torch.float64)
+                                   / torch.stack([m.sum() for m in ms]).sum().double() for l, m in zip(ls, ms)],
     }
     for name, answer in styles.items():
         result = _graded("03.micro_batch_losses", answer)

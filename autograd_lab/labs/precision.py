@@ -150,3 +150,23 @@ def cast_fate(values, dtype=torch.float16, scale=1.0):
         flushed=int(((cast == 0) & (flat != 0)).sum()),
         overflowed=int((cast.isinf() & scaled.isfinite()).sum()),
     )
+
+
+def losses_in_token_dtype(micro_batch_losses, token_losses, masks):
+    """``micro_batch_losses(token_losses, masks)``, each loss a wider float (float64 sums) cast to its micro-batch's
+    token-loss dtype, for the grader (03.micro_batch_losses).
+
+    The prompt asks for one scalar tensor per micro-batch and no dtype: a sum accumulated in float64 is a correct
+    style (adversarial round 9, adv-00-04-r8 F8), and the gradient that reaches the token losses is theirs either
+    way. The cast is differentiable, so the gradient is still compared; a narrower float is left as it is.
+    """
+    losses = micro_batch_losses(token_losses, masks)
+    if not isinstance(losses, (list, tuple)):
+        return losses
+    cast = []
+    for loss, tokens in zip(losses, token_losses):
+        if (torch.is_tensor(loss) and torch.is_tensor(tokens) and loss.is_floating_point()
+                and tokens.is_floating_point() and torch.finfo(loss.dtype).bits > torch.finfo(tokens.dtype).bits):
+            loss = loss.to(tokens.dtype)
+        cast.append(loss)
+    return type(losses)(cast) if isinstance(losses, tuple) else cast + list(losses[len(cast):])
