@@ -1051,6 +1051,7 @@ def test_round9_limit_an_inlined_float_quotient_is_not_seen():
     result = _check_everything(exercise, _tiny_tanh_with(_richardson_inline))
     assert result.status == "passed", repr(result)
 
+
 # --- adversarial round 9 (adv-05-08-r8 finding 1): a banned library run in a process started before the check -----
 # The worker is started before the check (as a notebook cell would) and ended after it, so no later test sees it.
 # `tape._processes_at_work`: a live child of the answer's process at the call's start fails every method.
