@@ -725,18 +725,7 @@ def _children_usage():
 
 def _live_children():
     """The process ids of this process's children (any thread's), alive or not yet waited for (Linux)."""
-    found = set()
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
-        return found
-    for task in tasks:
-        try:
-            with open(f"/proc/self/task/{task}/children") as listing:
-                found.update(listing.read().split())
-        except OSError:
-            continue
-    return {pid for pid in found if not _symbolizer(pid)}
+    return {pid for pid in _children_of("self") if not _symbolizer(pid)}
 
 
 def _symbolizer(pid):
@@ -775,6 +764,7 @@ def _processes_at_work():
 
 
 def _children_of(pid):
+    """The process ids of ``pid``'s children, any thread's (``"self"``: this process's); empty outside Linux."""
     found = set()
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
