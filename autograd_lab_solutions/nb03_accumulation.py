@@ -806,8 +806,8 @@ register(Exercise(
     misconceptions=(
         Misconception(
             "penalty_every_micro_batch",
-            "Your weights match the loop as given: every micro-batch's loss carries the whole penalty "
-            "`l2 * w.pow(2).sum()`, and the `k` backward calls add it up, so each step applies it `k` times.",
+            "Your weights match the loop as given, bug included: compare, term by term, the loss its `k` "
+            "backward calls add up with the full-batch loss one step should follow.",
             _matches(_loop_as_given)),
         Misconception(
             "penalty_dropped",
