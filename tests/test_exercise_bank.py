@@ -1153,6 +1153,123 @@ def test_round9_multiprocessings_own_helpers_are_not_a_process_at_work():
         idle.join()
 
 
+# --- adversarial round 10 (adv-05-08-r9 findings 1a, 1b): a worker dressed as a helper, or double-forked -------------
+
+class _SpoofedTracker(_ProcessWorker):
+    """Round 10, finding 1a: the worker's pid written where multiprocessing keeps its resource tracker's."""
+
+    def __enter__(self):
+        import multiprocessing.resource_tracker as tracker
+        super().__enter__()
+        self.saved = tracker._resource_tracker._pid
+        tracker._resource_tracker._pid = self.process.pid
+        return self
+
+    def __exit__(self, *exc_info):
+        import multiprocessing.resource_tracker as tracker
+        tracker._resource_tracker._pid = self.saved
+        super().__exit__(*exc_info)
+
+
+class _DoubleForked:
+    """Round 10, finding 1b: a launcher starts the worker in a session of its own and exits, so the worker is an
+    orphan; the answer talks to it through two named pipes."""
+
+    def __init__(self, exercise_id, folder):
+        self.script, self.arguments = _PROCESS_WORKERS[exercise_id]
+        self.folder = folder
+
+    def __enter__(self):
+        import os
+        import subprocess
+        import sys
+        self.requests, self.replies = str(self.folder / "in"), str(self.folder / "out")
+        os.mkfifo(self.requests)
+        os.mkfifo(self.replies)
+        worker = ("import sys; sys.stdin = open(sys.argv[1]); sys.stdout = open(sys.argv[2], 'w'); exec(sys.argv[3])")
+        launcher = ("import subprocess, sys; p = subprocess.Popen([sys.executable, '-u', '-c'] + sys.argv[1:], "
+                    "start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); print(p.pid)")
+        self.pid = int(subprocess.run([sys.executable, "-c", launcher, worker, self.requests, self.replies,
+                                       self.script], capture_output=True, text=True, check=True).stdout)
+        self.send, self.receive = open(self.requests, "w"), open(self.replies)
+        return self
+
+    def __call__(self, *args):
+        import json
+        self.send.write(json.dumps(self.arguments(*args)) + "\n")
+        self.send.flush()
+        return json.loads(self.receive.readline())
+
+    def __exit__(self, *exc_info):
+        import os
+        self.send.close()
+        self.receive.close()
+        try:
+            os.kill(self.pid, 9)
+            os.waitpid(self.pid, 0)     # an orphan the test process adopted
+        except (ProcessLookupError, ChildProcessError):
+            pass
+
+
+@pytest.mark.parametrize("exercise_id", ["05.next_scales", "08.shard"])
+def test_round10_a_worker_posing_as_multiprocessings_resource_tracker_is_refused(exercise_id):
+    exercise = next(e for e in EXERCISES if e.id == exercise_id)
+    with _SpoofedTracker(exercise_id) as worker:
+        assert worker(*exercise.inputs(exercise.public_seeds[0], False)) is not None
+        result = _check_everything(exercise, worker)
+    assert result.status != "passed" and result.hidden_passed == 0, repr(result)
+    assert "another process was running" in " ".join(result.messages), repr(result)
+
+
+@pytest.mark.parametrize("exercise_id", ["05.next_scales", "08.shard"])
+def test_round10_a_double_forked_worker_is_refused(exercise_id, tmp_path):
+    from autograd_lab.checking import tape
+    exercise = next(e for e in EXERCISES if e.id == exercise_id)
+    assert tape._adopting_orphans()      # the checker made this process a child subreaper when it was imported
+    with _DoubleForked(exercise_id, tmp_path) as worker:
+        assert worker(*exercise.inputs(exercise.public_seeds[0], False)) is not None
+        result = _check_everything(exercise, worker)
+    assert result.status != "passed" and result.hidden_passed == 0, repr(result)
+    assert "another process was running" in " ".join(result.messages), repr(result)
+
+
+def test_round10_an_answer_that_stops_the_kernel_adopting_orphans_is_told_so():
+    import ctypes
+    from autograd_lab.checking import tape
+    exercise = next(e for e in EXERCISES if e.id == "08.shard")
+    ctypes.CDLL(None).prctl(tape._PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+    try:
+        result = _check_everything(exercise, exercise.reference)
+    finally:
+        tape._adopt_orphans()
+    assert result.status != "passed" and "no longer adopts orphaned processes" in " ".join(result.messages)
+
+
+def test_round10_helpers_are_known_by_their_whole_command_only():
+    """The watcher's and the forkserver's commands are the course's own; a command that only starts like a
+    helper's (extra code after it, another preload, a script path) is a process at work."""
+    import subprocess
+    import sys
+    from autograd_lab.checking import tape
+    from autograd_lab.labs import distributed
+    assert tape._WATCHER == distributed._WATCHER and set(distributed._PRELOAD) <= tape._FORKSERVER_PRELOADS
+    assert tape._a_course_forkserver("from multiprocessing.forkserver import main; main(3, 4, "
+                                     "['autograd_lab.labs.ddp_scenarios', 'torch._dynamo'], **{'sys_path': ['/x]']})")
+    assert not tape._a_course_forkserver("from multiprocessing.forkserver import main; main(3, 4, ['mine'], **{})")
+    assert not tape._a_course_forkserver("from multiprocessing.forkserver import main; main(3, 4, ['__main__'], "
+                                         "**{'main_path': '/tmp/worker.py'})")
+    posing = [[sys.executable, "-c", "from multiprocessing.resource_tracker import main;main(0); import time"],
+              [sys.executable, "-c", "from multiprocessing.resource_tracker import main;main(0)", "extra"],
+              [sys.executable, "-c", tape._WATCHER]]
+    processes = [subprocess.Popen(argv, stdin=subprocess.PIPE, stderr=subprocess.DEVNULL) for argv in posing]
+    try:
+        assert len(tape._processes_at_work()) == len(posing)
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+
+
 def test_round9_limit_a_template_from_the_public_records_passes_the_grade():
     """adv-05-08-r8 finding 2, documented (docs/authoring-exercises.md, "A template rebuilt from the public records"):
     the reference's lists on the public seeds (what a release's public/05.pt holds) cover every (clip, schedule)

@@ -36,6 +36,7 @@ nested one by its qualified name), ``"code:torch._C:_enter_dual_level"`` (a buil
 function was evaluated at (``facts._Points``), not a count.
 """
 
+import ast
 import collections
 import copy
 import ctypes           # imported here so that its loader's builtins and code are known before an answer runs
@@ -43,6 +44,7 @@ import gc
 import importlib
 import linecache
 import os
+import re
 import site
 import sys
 import sysconfig
@@ -749,13 +751,16 @@ def _symbolizer(pid):
 # and reads a line (adversarial round 9, adv-05-08-r8 finding 1: GradScaler, optimizer_coverage, DistributedSampler
 # in a worker started when the cell ran, full marks).  The rule of ``_threads_at_work``, for processes, never
 # timed: a live descendant of the answer's process at the call's start fails every method.  Excepted: torch's
-# ``addr2line`` symbolizers (``_symbolizer``), and the helpers Python's multiprocessing keeps for the process
-# (the forkserver and the resource tracker, known by the process ids multiprocessing itself holds) and the
-# course's folder watcher (``labs.distributed``): notebook 08's lab cells start them; they run nothing of the
-# notebook's.  What they started is judged like any child (a rank still running, a worker forked by the server).
+# ``addr2line`` symbolizers (``_symbolizer``), and the helpers notebook 08's lab cells leave for the kernel's life,
+# which run nothing of the notebook's: Python's multiprocessing resource tracker and forkserver, and the course's
+# folder watcher (``labs.distributed``).  A helper is known by the exact command it was started with, and only as
+# a direct child: never by a process id read from a module, which the notebook can write (round 10, adv-05-08-r9
+# finding 1a: a worker's pid put in ``resource_tracker._resource_tracker._pid``), and never for a process a helper
+# forked (a worker the forkserver forks keeps its command line).  What the helpers started is judged like any child.
+# A double-forked worker (round 10, finding 1b) leaves the notebook's tree; ``_adopt_orphans`` keeps it in.
 def _processes_at_work():
     """Live child processes (and their descendants) at the call's start that may work for the answer."""
-    helpers, found = _process_helpers(), []
+    found = [] if _adopting_orphans() else [_ORPHANS_RELEASED]
     direct = _children_of("self")
     pending, seen = sorted(direct), set()
     while pending:
@@ -763,8 +768,7 @@ def _processes_at_work():
         if pid in seen:
             continue
         seen.add(pid)
-        # A worker the forkserver forks keeps its command line: only a direct child counts as a helper by it.
-        if pid in helpers or (pid in direct and _started_as_multiprocessing_helper(pid)):
+        if pid in direct and _started_as_helper(pid):
             pending.extend(_children_of(pid))
         elif not _symbolizer(pid) and not _ended(pid):
             found.append(f"process {pid} ({_command_of(pid)}), a child of the notebook's")
@@ -787,35 +791,79 @@ def _children_of(pid):
     return found
 
 
-def _process_helpers():
-    """The process ids of multiprocessing's forkserver and resource tracker, and of the course's folder watcher."""
-    helpers = set()
-    forkserver = sys.modules.get("multiprocessing.forkserver")
-    tracker = sys.modules.get("multiprocessing.resource_tracker")
-    for pid in (getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None),
-                getattr(getattr(tracker, "_resource_tracker", None), "_pid", None)):
-        if isinstance(pid, int):
-            helpers.add(str(pid))
-    distributed = sys.modules.get("autograd_lab.labs.distributed")
-    for watcher, _ in getattr(distributed, "_watched", {}).values():
-        helpers.add(str(watcher.pid))
-    return helpers
+# The commands multiprocessing (Python 3.10-3.14) and labs.distributed start their helpers with, whole.  The
+# forkserver imports its preload modules when it starts: only the course's own (``labs.distributed._PRELOAD``) and
+# ``__main__`` without a script path (a notebook's) are a helper's; any other module could run work at import.
+_TRACKER = re.compile(r"from multiprocessing\.resource_tracker import main; ?main\(\d+\)")
+_FORKSERVER = re.compile(r"from multiprocessing\.forkserver import main; ?main\(\d+, \d+, (\[[^\]]*\]), \*\*(\{.*\})\)")
+_FORKSERVER_PRELOADS = {"__main__", "autograd_lab.labs.ddp_scenarios", "torch._dynamo"}
+_WATCHER = "import os, shutil, sys; os.read(0, 1); shutil.rmtree(sys.argv[1], ignore_errors=True)"
 
 
-_HELPER_COMMANDS = (b"from multiprocessing.resource_tracker import main", b"from multiprocessing.forkserver import main")
-
-
-def _started_as_multiprocessing_helper(pid):
-    """Whether the process was started with multiprocessing's own command for its resource tracker or forkserver.
-    The pids multiprocessing holds miss the helpers of an earlier context in a long-lived process (a test
-    session's: every correct 03 answer failed as "another process was running")."""
+def _started_as_helper(pid):
+    """Whether the process runs, whole, the command of multiprocessing's resource tracker or forkserver, or of the
+    course's folder watcher (``python [flags] -c COMMAND [folder]``)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-            words = cmdline.read().split(b"\0")
+            words = [w.decode(errors="replace") for w in cmdline.read().split(b"\0")[:-1]]
     except OSError:
         return False
-    return "-c" in [w.decode(errors="replace") for w in words[1:-1]] and \
-        words[words.index(b"-c") + 1].startswith(_HELPER_COMMANDS)
+    at = words.index("-c", 1) if "-c" in words[1:] else None
+    if at is None or at + 1 >= len(words) or not all(flag.startswith("-") for flag in words[1:at]):
+        return False
+    command, rest = words[at + 1], words[at + 2:]
+    if command == _WATCHER:
+        return len(rest) == 1
+    return not rest and (_TRACKER.fullmatch(command) is not None or _a_course_forkserver(command))
+
+
+def _a_course_forkserver(command):
+    match = _FORKSERVER.fullmatch(command)
+    if not match:
+        return False
+    try:
+        preload, options = ast.literal_eval(match.group(1)), ast.literal_eval(match.group(2))
+    except (ValueError, SyntaxError):
+        return False
+    return (isinstance(preload, list) and set(preload) <= _FORKSERVER_PRELOADS and isinstance(options, dict)
+            and "main_path" not in options)
+
+
+# Linux keeps a double-forked daemon in the notebook's tree when the kernel is a child subreaper: its orphans
+# become the kernel's children instead of init's.  Set when the checker is imported (the grader imports it before
+# the first cell); an answer that clears it is told so, since orphans could leave the tree unseen.
+_PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
+_ORPHANS_RELEASED = ("the kernel no longer adopts orphaned processes (prctl PR_SET_CHILD_SUBREAPER was cleared), "
+                     "so a process started from the notebook could run outside its view")
+
+
+def _prctl():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def _adopt_orphans():
+    prctl = _prctl()
+    if prctl is not None:
+        prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _adopting_orphans():
+    """Whether the kernel is still a child subreaper (True off Linux: nothing to check there)."""
+    prctl = _prctl()
+    if prctl is None:
+        return True
+    flag = ctypes.c_int(0)
+    if prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) != 0:
+        return True
+    return bool(flag.value)
+
+
+_adopt_orphans()
 
 
 def _ended(pid):
