@@ -251,14 +251,18 @@ def _launch_once(scenario, world_size, timeout, collective_timeout, grace, kwarg
         for rank in range(world_size)
     ]
     start = time.monotonic()
-    for process in processes:
-        process.start()
-    if START_METHOD == "forkserver":
-        from multiprocessing import util
-        _remove_when_this_process_ends(util.get_temp_dir())  # the forkserver's folder, made by now
     run = DistributedRun(world_size=world_size)
-    _collect(run, outbox, processes, deadline=start + timeout, grace=grace)
-    _stop(run, processes)
+    try:
+        for process in processes:
+            process.start()
+        if START_METHOD == "forkserver":
+            from multiprocessing import util
+            _remove_when_this_process_ends(util.get_temp_dir())  # the forkserver's folder, made by now
+        _collect(run, outbox, processes, deadline=start + timeout, grace=grace)
+    finally:
+        # Also when the wait is interrupted (Ctrl-C, an alarm): ranks left running would work on for the
+        # kernel's life, and every later check would find them ("another process was running").
+        _stop(run, [process for process in processes if process.pid is not None])
     run.seconds = time.monotonic() - start
     return run
 
