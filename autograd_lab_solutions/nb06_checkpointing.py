@@ -57,10 +57,11 @@ register(Exercise(
     method=no_library("code:autograd_lab.labs.recompute:predicted_saved",
                       name="your own count of (s - 1) + n/s + 1 (not the lab's `predicted_saved`)"),
     hints=(
-        "Only segment counts that divide n give uniform segments: try every divisor s of n.",
-        "Count (s - 1) + n // s + 1 for each divisor and keep the smallest.",
-        "s and n // s always give the same count, so the fewest can be reached twice: prefer the smaller s, "
-        "which recomputes fewer blocks.",
+        "Only segment counts that divide n give uniform segments: which s are allowed for n = 12?",
+        "For one allowed s, what does each checkpointed segment keep after the forward pass, and what does the "
+        "last segment keep? Compare that count over every allowed s instead of guessing where it is smallest.",
+        "Swapping s and n // s leaves the count unchanged, so the fewest can be reached by two segment counts: "
+        "the exercise says which one to return.",
     ),
     misconceptions=(
         Misconception("not_divisor", "Segments must be uniform: choose s among the divisors of n. sqrt(n), "
