@@ -466,8 +466,8 @@ register(Exercise(
         Misconception(
             "mean_of_means",
             "You averaged per micro-batch: every micro-batch then weighs the same however many "
-            "tokens it holds, so tokens of short micro-batches are over-weighted. Sum the token "
-            "losses and divide by the total number of real tokens in the window.",
+            "tokens it holds, so tokens of short micro-batches are over-weighted. Which denominator "
+            "would be the same for every micro-batch of the window?",
             _is_mean_of_means),
         Misconception(
             "counts_padding",
@@ -756,8 +756,9 @@ def _never_moves(student, reference, args):
 OPTIMIZER_STEPS = Method(
     name="the loop's own optimizer, one `optimizer.step()` per training step",
     holds=lambda facts, args: {"code:torch.optim.sgd:SGD.step": 0, **facts["ran"]}["code:torch.optim.sgd:SGD.step"] == args[4],
-    message=("the prompt keeps the model, the loss and the optimizer: update `w` with the SGD "
-             "optimizer's `step()`, once per training step, not with a formula or by hand."),
+    message=("the SGD optimizer's `step()` must make every update, exactly once per training step, and your "
+             "answer called it a different number of times than there are training steps (never, if the call "
+             "is missing or `w` is updated with a formula or by hand)."),
     tag="optimizer_step",
     watch=("code:torch.optim.sgd:SGD.step",))
 
@@ -798,16 +799,17 @@ register(Exercise(
     method=(OPTIMIZER_STEPS, STEP_MAKES_THE_UPDATE, MICRO_BATCH_BACKWARDS, steps_on_autograd_grads(),
             MICRO_BATCH_GRAPHS_PER_STEP),
     hints=(
-        "Write the whole batch's loss as a sum over the k micro-batches: which part of each of its terms "
-        "belongs to one micro-batch?",
-        "Add up, over one step, the losses the given loop calls `backward()` on, and compare the sum with "
-        "the whole batch's loss term by term.",
+        "Add up, over one step, the losses the given loop calls `backward()` on. Is that sum the whole "
+        "batch's loss?",
+        "Compare that sum with the whole batch's loss term by term: the squared error, then the penalty.",
+        "Write the whole batch's loss as a sum over the k micro-batches: which share of each of its terms "
+        "does one micro-batch carry?",
     ),
     misconceptions=(
         Misconception(
             "penalty_every_micro_batch",
-            "Your weights match the loop as given, bug included: compare, term by term, the loss its `k` "
-            "backward calls add up with the full-batch loss one step should follow.",
+            "Your weights match the loop as given, bug included: whatever you changed, every step still "
+            "applies the gradient the given loop applies. `hint(\"03.train\")` leads to the bug one step at a time.",
             _matches(_loop_as_given)),
         Misconception(
             "penalty_dropped",
@@ -817,7 +819,8 @@ register(Exercise(
         Misconception(
             "mean_not_divided",
             "Each micro-batch's squared-error mean reaches the gradient whole, so the `k` backward calls add "
-            "`k` means where the batch's loss has one: the data's part of every step is `k` times too large.",
+            "`k` means where the batch's loss has one: the data's part of every step is `k` times too large. "
+            "Check the penalty's share of each step as well.",
             _matches(_nothing_divided, _penalty_divided_mean_not)),
         Misconception(
             "last_micro_batch_only",

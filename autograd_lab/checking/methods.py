@@ -262,9 +262,11 @@ def steps_on_autograd_grads(wrt=0):
                                "computed from your weights, fill `.grad`, then call `step()`."
                                if facts.get("copied_outside") else None),
         watch=tuple(f"wrt:{index}" for index in wrt) + ("code:torch.optim",),
-        message=("the `.grad` your optimizer stepped on was not what the backward passes produced: it was "
-                 "changed with values computed from the weights or the data (a gradient formula written into "
-                 "`.grad`). Let the micro-batches' backward passes fill `.grad`, then call `step()`."),
+        message=("the update your optimizer made was not computed from what the backward passes produced "
+                 "alone: values computed from the weights or the data entered it outside autograd, written "
+                 "into `.grad` (a gradient formula) or added by the optimizer itself (an optimizer changed from "
+                 "the given one, such as one with `weight_decay`). Keep the given optimizer, let the "
+                 "micro-batches' backward passes fill `.grad`, then call `step()`."),
         tag="laundered_formula", origin=_made("steps_on_autograd_grads", wrt=wrt))
 
 
