@@ -182,9 +182,12 @@ _BEHAVIOURS = (
     )),
     Behaviour("clamp_grad_at_bound", "the gradient of torch.clamp at a point equal to its bound", (
         # measured with clamp(min=0), clamp(max=0) and clamp_min(0) at 0: 1 on 2.5.1, 2.12.1 and 2.13.0,
-        # 0 on 2.15.0; clamp(min=0) at 0 gives 0 on 2.14.1 too (2.14.0 not run)
-        Variant("0", 1.0, "gives `torch.clamp(z, min=0)` the gradient 1 at z = 0: the bound counts as inside"),
-        Variant("2.14.0", 0.0, "gives `torch.clamp(z, min=0)` the gradient 0 at z = 0: the bound counts as outside"),
+        # 0 on 2.14.0, 2.14.1 and 2.15.0. A tensor bound (min=torch.zeros(()), also max= and clamp_min) gives 1
+        # on 2.5.1 and 2.13.0 but 0.5 on 2.14.0, 2.14.1 and 2.15.0: the variants speak of a number as the bound.
+        Variant("0", 1.0, "gives `torch.clamp(z, min=0)` (a number as the bound) the gradient 1 at z = 0: "
+                          "the bound counts as inside"),
+        Variant("2.14.0", 0.0, "gives `torch.clamp(z, min=0)` (a number as the bound) the gradient 0 at z = 0: "
+                               "the bound counts as outside"),
     )),
 )
 BEHAVIOURS = {behaviour.name: behaviour for behaviour in _BEHAVIOURS}
