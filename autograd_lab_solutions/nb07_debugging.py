@@ -19,8 +19,8 @@ CAUSES = ("no_zero_grad", "zero_grad_after_backward", "graph_cut", "frozen_param
 
 
 def diagnosis():
-    # A: the head is replaced after the optimizer was built: the new head's parameters are in no param group.
-    # B: the first layer runs under torch.no_grad(): backward never reaches it (its .grad stays None).
+    # A: a layer is added after the optimizer was built: its parameters are in no param group.
+    # B: the head reads hidden.data, which has no history: backward never reaches the first layer (.grad None).
     # C: zero_grad() runs only when step % 10 == 0: from the third step on, step() sees two steps' gradients.
     return dict(DIAGNOSIS)
 
@@ -101,10 +101,10 @@ register(Exercise(
         "Run each loop, then apply this lab's checks to it: requires_grad of every parameter, which .grad are "
         "None after backward, which tensors the optimizer holds, what step() sees, and how far each parameter moved.",
         "To see what step() sees, register `optimizer.register_step_pre_hook` or print the gradients just before "
-        "step(). `audit_step` needs a loop's body rewritten as a step function on a model and an optimizer you "
-        "build, and it reports a graph cut only when no trainable parameter got a gradient: a cut that still lets "
-        "some layers get theirs passes it clean, so read which .grad are None after backward (`grad_report`) too. "
-        "The loops differ from the ones shown above: measure, do not match the code by eye.",
+        "step(), and compare the tensors the optimizer holds with `model.named_parameters()` by identity. "
+        "`audit_step` needs a loop's body rewritten as a step function on a model and an optimizer you build, and "
+        "it does not report every cause in the table, so read which .grad are None after backward "
+        "(`grad_report`) too. The loops differ from the ones shown above: measure, do not match the code by eye.",
     ),
     misconceptions=(
         Misconception("learning_rate",
