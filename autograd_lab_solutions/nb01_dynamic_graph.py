@@ -743,7 +743,7 @@ _EVALUATED = tuple(f"{module}:{name}" for module in ("math", "cmath", "numpy", "
                    for name in ("tanh", "exp", "cosh", "sinh"))
 NO_NUMERICAL_DERIVATIVE = Method(
     name="a derivative of tanh that you work out (no numerical derivative)",
-    holds=lambda facts: facts["tiny_off_input"] == 0 and facts["complex_outputs"] == 0 and facts["complex_code"] == [] and facts.get("complex_values", []) == [] and facts["tiny_unseen"] <= 2 * facts["tiny_own_backwards"],
+    holds=lambda facts: facts["tiny_off_input"] == 0 and facts["complex_outputs"] == 0 and facts["complex_code"] == [] and facts["complex_values"] == [] and facts["tiny_unseen"] <= 2 * facts["tiny_own_backwards"],
     watch=tuple(f"args:{name}" for name in _EVALUATED) + tuple(f"code:{name}" for name in _EVALUATED
                                                              if name.startswith(("math:", "cmath:"))) + EXACT_ARITHMETIC,
     explain=lambda facts: (
