@@ -6,10 +6,12 @@ proves that each one is reported with its misconception tag.
 
 import math
 
+import numpy
 import torch
 
 from autograd_lab.checking import (Exercise, Method, Misconception, WrongAnswer, claims, no_library,
                                     own_derivatives, register, tiny_engine_op)
+from autograd_lab.checking.methods import EXACT_ARITHMETIC, complex_numbers
 from autograd_lab.labs.memory import saved_tensors
 from autograd_lab_solutions._mutants import mutant
 from autograd_lab.labs.tiny_engine import EXPRESSIONS, Value, gradients_through
@@ -741,9 +743,9 @@ _EVALUATED = tuple(f"{module}:{name}" for module in ("math", "cmath", "numpy", "
                    for name in ("tanh", "exp", "cosh", "sinh"))
 NO_NUMERICAL_DERIVATIVE = Method(
     name="a derivative of tanh that you work out (no numerical derivative)",
-    holds=lambda facts: facts["tiny_off_input"] == 0 and facts["complex_outputs"] == 0 and facts["complex_code"] == [] and facts["tiny_unseen"] <= 2 * facts["tiny_own_backwards"],
+    holds=lambda facts: facts["tiny_off_input"] == 0 and facts["complex_outputs"] == 0 and facts["complex_code"] == [] and facts["complex_values"] == [] and facts["tiny_unseen"] <= 2 * facts["tiny_own_backwards"],
     watch=tuple(f"args:{name}" for name in _EVALUATED) + tuple(f"code:{name}" for name in _EVALUATED
-                                                             if name.startswith(("math:", "cmath:"))),
+                                                             if name.startswith(("math:", "cmath:"))) + EXACT_ARITHMETIC,
     explain=lambda facts: (
         "your tanh evaluated tanh (or the exponential it is written with, or a function of your own) at a point "
         "other than its node's input (such as u + h and u - h, or a complex u + ih): that is a numerical derivative, "
@@ -752,6 +754,7 @@ NO_NUMERICAL_DERIVATIVE = Method(
         "your tanh computed with complex tensors: a complex-step derivative is numerical." if facts["complex_outputs"]
         else f"your code computed with Python complex numbers (`complex`, `1j` or `.imag` in "
              f"{', '.join(facts['complex_code'])}): a complex-step derivative is numerical." if facts["complex_code"]
+        else complex_numbers(facts) if facts.get("complex_values")
         else f"your tanh called tanh {facts['tiny_unseen']} times through a reference the checker could not follow "
              f"(so it could not see where), for {facts['tiny_own_backwards']} nodes: a formula needs at most two calls "
              "per node, a numerical derivative more. Call `math.tanh` directly, once for the value, and write the "
@@ -787,6 +790,90 @@ def _richardson_by_power(u, t):
     D = [(f(u + h) - f(u - h)) / (2 * h) for h in (1e-2, 5e-3, 2.5e-3)]
     R = [(4 * D[i + 1] - D[i]) / 3 for i in range(2)]
     return (16 * R[1] - R[0]) / 15
+
+
+def _taylor_exp(z):
+    """exp by scaling and squaring a Taylor series: works on complex numbers and is no function a recorder watches."""
+    n = 0
+    while abs(z) > 0.5:
+        z, n = z / 2, n + 1
+    total = term = 1
+    for k in range(1, 30):
+        term = term * z / k
+        total = total + term
+    for _ in range(n):
+        total = total * total
+    return total
+
+
+_UNIT = numpy.emath.sqrt(-1.0)      # the imaginary unit as a value: no `complex`, `1j` or `.imag` named
+_IMAGINARY = "ima" + "g"
+
+
+def _complex_step_own_exp(u, t, step=1e-30):
+    """Adversarial round 10 (adv-00-04-r9 F1): the complex step through a Taylor exp of one's own, the unit from
+    ``np.emath.sqrt(-1.0)``, the imaginary part read with ``getattr`` on a computed name (``tape._complex_kind``)."""
+    e = _taylor_exp(-2 * abs(u) - 2 * (1 if u > 0 else -1) * _UNIT * step)
+    return float(getattr((1 if u > 0 else -1) * (1 - e) / (1 + e), _IMAGINARY)) / step
+
+
+def _contour_own_exp(u, t, points=48, radius=0.6):
+    """Adversarial round 10 (adv-00-04-r9 F2): Cauchy's integral on a circle of radius 0.6 around u (tanh's poles are
+    1.57 away), tanh through the Taylor exp: no point is near u, so no step detector fires."""
+    total = 0
+    for k in range(points):
+        w = _taylor_exp(2 * math.pi * k / points * _UNIT)
+        e = _taylor_exp(2 * (u + radius * w))
+        total = total + (e - 1) / (e + 1) / w
+    return float((total / (points * radius)).real)
+
+
+class _Dual:
+    """Dual numbers, value and derivative part (adversarial round 10, adv-00-04-r9 F3, F5, F8): forward-mode AD by
+    hand, on floats or tensors; the quotient rule in ``__truediv__`` does the differentiating."""
+
+    def __init__(self, value, part):
+        self.value, self.part = value, part
+
+    @staticmethod
+    def _of(other):
+        return other if isinstance(other, _Dual) else _Dual(other, 0.0)
+
+    def __add__(self, other):
+        other = self._of(other)
+        return _Dual(self.value + other.value, self.part + other.part)
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        other = self._of(other)
+        return _Dual(self.value - other.value, self.part - other.part)
+
+    def __rsub__(self, other):
+        return self._of(other) - self
+
+    def __mul__(self, other):
+        other = self._of(other)
+        return _Dual(self.value * other.value, self.value * other.part + self.part * other.value)
+    __rmul__ = __mul__
+
+    def __truediv__(self, other):
+        other = self._of(other)
+        return _Dual(self.value / other.value,
+                     (self.part * other.value - self.value * other.part) / (other.value * other.value))
+
+    def __rtruediv__(self, other):
+        return self._of(other) / self
+
+
+def _dual_exp(d, exp=math.exp):
+    e = exp(d.value)
+    return _Dual(e, e * d.part)
+
+
+def _dual_numbers(u, t):
+    """Adversarial round 10 (adv-00-04-r9 F3): tanh(|u|) = 1 - 2 / (e^(2|u|) + 1) on dual numbers of one's own."""
+    sign = -1.0 if u < 0 else 1.0
+    return sign * (1 - 2 / (_dual_exp(2 * sign * _Dual(u, 1.0)) + 1)).part
 
 
 def _only_roughly_right(student, reference, args):
@@ -828,8 +915,8 @@ register(Exercise(
                       "of the other use of x is lost. Gradients of a value used twice add up.",
                       _gives(_OVERWROTE)),
         Misconception("derivative_at_input",
-                      "Your local derivative squares the input, not the output: the derivative of tanh(u) is "
-                      "1 - tanh(u)^2, and tanh(u) is your node's own data.",
+                      "Your local derivative is computed from the node's input, where tanh's derivative is "
+                      "written with its output: the value your new node already holds.",
                       _gives(_AT_INPUT)),
         Misconception("no_local_derivative",
                       "Your tanh backward passes `out.grad` through unchanged, as `+` does: it also needs "
@@ -895,6 +982,13 @@ register(Exercise(
                     note="complex step with a 1j literal"),
         WrongAnswer(_tanh_with_local(_richardson_by_power), expect="finite_differences",
                     note="adversarial round 9 (adv-00-04-r8 F3): Richardson differences, tanh via math.e **"),
+        WrongAnswer(_tanh_with_local(_complex_step_own_exp), expect="finite_differences",
+                    note="adversarial round 10 (adv-00-04-r9 F1): complex step, Taylor exp of its own, unit from "
+                         "np.emath.sqrt, getattr(t, 'ima' + 'g') (the values: tape._complex_kind)"),
+        WrongAnswer(_tanh_with_local(_contour_own_exp), expect="finite_differences",
+                    note="adversarial round 10 (adv-00-04-r9 F2): Cauchy contour integral, radius 0.6"),
+        WrongAnswer(_tanh_with_local(_dual_numbers), expect="library_derivative",
+                    note="adversarial round 10 (adv-00-04-r9 F3): dual numbers of its own (tape._own_arithmetic)"),
         WrongAnswer(_float32_forward, expect="difference_quotient", note="tanh computed in float32 by torch"),
         WrongAnswer(_tanh_never_attached, expect="typed_formula", note="closure never attached"),
         WrongAnswer(_tanh_without_parent, expect="typed_formula", note="a node without its input"),

@@ -2,6 +2,8 @@
 
 import math
 
+import numpy
+
 import torch
 import torch.nn.functional as F
 
@@ -10,6 +12,7 @@ from torch.autograd.functional import jacobian
 from autograd_lab.checking import (Exercise, Method, Misconception, WrongAnswer, autograd_derivative, backward_calls,
                                     no_autograd, no_difference_quotient, no_jacobian, own_derivatives, own_function,
                                     register, uses_autograd)
+from autograd_lab.checking.methods import EXACT_ARITHMETIC, complex_numbers
 from autograd_lab.checking.variation import choose, generator
 from autograd_lab_solutions._mutants import mutant
 
@@ -377,6 +380,8 @@ def _chain_rule_why(facts):
     N, (D, H), C = facts["input_shapes"][0][0], facts["input_shapes"][1], facts["input_shapes"][3][1]
     if facts["complex_outputs"]:
         return "your answer computed with complex tensors: a complex-step derivative is numerical."
+    if facts.get("complex_values") or facts.get("complex_code"):
+        return complex_numbers(facts)
     if facts["largest_numel"] > max(8 * facts["largest_input_numel"], N * max(D, H, C) ** 2):
         return (f"your answer made a tensor of {facts['largest_numel']} elements, more than {N} per-example "
                 f"Jacobians of the widest layer ({N} x {max(D, H, C)} x {max(D, H, C)}): a batch of perturbed "
@@ -387,8 +392,8 @@ def _chain_rule_why(facts):
 
 CHAIN_RULE = Method(
     name="the chain rule (no numerical derivative)",
-    holds=lambda facts: facts["complex_outputs"] == 0 and (facts["largest_numel"] <= 8 * facts["largest_input_numel"] or facts["largest_numel"] <= facts["input_shapes"][0][0] * facts["input_shapes"][1][0] ** 2 or facts["largest_numel"] <= facts["input_shapes"][0][0] * facts["input_shapes"][1][1] ** 2 or facts["largest_numel"] <= facts["input_shapes"][0][0] * facts["input_shapes"][3][1] ** 2) and facts["work"] <= 16 * ((facts["input_shapes"][0][0] + 1) * (facts["input_shapes"][1][0] * facts["input_shapes"][1][1] + facts["input_shapes"][3][0] * facts["input_shapes"][3][1]) + facts["input_shapes"][0][0] * (facts["input_shapes"][1][0] + facts["input_shapes"][1][1] + facts["input_shapes"][3][1])),
-    explain=_chain_rule_why,
+    holds=lambda facts: facts["complex_outputs"] == 0 and facts["complex_values"] == [] and facts["complex_code"] == [] and (facts["largest_numel"] <= 8 * facts["largest_input_numel"] or facts["largest_numel"] <= facts["input_shapes"][0][0] * facts["input_shapes"][1][0] ** 2 or facts["largest_numel"] <= facts["input_shapes"][0][0] * facts["input_shapes"][1][1] ** 2 or facts["largest_numel"] <= facts["input_shapes"][0][0] * facts["input_shapes"][3][1] ** 2) and facts["work"] <= 16 * ((facts["input_shapes"][0][0] + 1) * (facts["input_shapes"][1][0] * facts["input_shapes"][1][1] + facts["input_shapes"][3][0] * facts["input_shapes"][3][1]) + facts["input_shapes"][0][0] * (facts["input_shapes"][1][0] + facts["input_shapes"][1][1] + facts["input_shapes"][3][1])),
+    explain=_chain_rule_why, watch=EXACT_ARITHMETIC,    # ``held:``: the complex numbers the answer's code holds
     message=("your answer did the work of many forward passes (a backward pass by the chain rule costs a few, even "
              "one example or one hidden unit at a time), made a tensor larger than one Jacobian per example (a "
              "batch of perturbed copies of its parameters), or computed with complex numbers: that is a numerical "
@@ -523,6 +528,23 @@ def _slope_by_richardson_inline(A):
     return (16 * (4 * D[2] - D[1]) / 3 - (4 * D[1] - D[0]) / 3) / 15
 
 
+def _slope_by_numpy_complex_step(A, h=1e-30):
+    """Adversarial round 10 (adv-00-04-r9 F4): tanh'(A) by a complex step in NumPy, the unit from np.emath.sqrt, the
+    imaginary part read with getattr (``tape._complex_kind``: the values, however they were made)."""
+    from autograd_lab_solutions.nb01_dynamic_graph import _IMAGINARY, _UNIT
+
+    return torch.from_numpy(getattr(numpy.tanh(A.numpy() + _UNIT * h), _IMAGINARY) / h)
+
+
+def _slope_by_dual_tensors(A):
+    """Adversarial round 10 (adv-00-04-r9 F5): tanh'(A) from dual numbers of one's own over tensors, tanh(|A|) as
+    (1 - e) / (1 + e) with e = exp(-2|A|) (``tape._own_arithmetic``)."""
+    from autograd_lab_solutions.nb01_dynamic_graph import _Dual, _dual_exp
+
+    e = _dual_exp(_Dual(-2 * A.abs(), -2 * torch.sign(A)), torch.exp)
+    return ((1 - e) / (1 + e)).part * torch.sign(A)
+
+
 _mlp_backward_by_complex_step = _mlp_numerical(1e-30, lambda loss: loss.imag, [(1.0, torch.tensor(1e-30j))])
 _mlp_backward_by_renamed_differences = _mlp_numerical(
     2e-5, lambda loss: loss, [(1.0, torch.tensor(1e-5, dtype=torch.float64)), (-1.0, torch.tensor(-1e-5, dtype=torch.float64))])
@@ -544,11 +566,13 @@ register(Exercise(
     ),
     misconceptions=(
         Misconception("missing_activation_grad",
-                      "The hidden layer's gradients miss tanh'(A) = 1 - H^2: multiply G_H by it element-wise "
-                      "before going through W1.",
+                      "The hidden layer's gradients skip tanh: the gradient reaching H goes through W1 as if the "
+                      "activation were the identity. Going back through tanh multiplies element-wise by tanh's own "
+                      "derivative first.",
                       _dict_detector(_mlp_without_activation_grad)),
         Misconception("activation_of_preactivation",
-                      "tanh'(A) is 1 - tanh(A)^2 = 1 - H^2, not 1 - A^2.",
+                      "Your tanh derivative is computed from the pre-activation A where it is written with tanh's "
+                      "output, the H you already computed.",
                       _dict_detector(_mlp_activation_of_pre)),
         Misconception("bias_mean",
                       "A bias is added to every row of the batch, so its gradient is the sum over the batch, "
@@ -587,6 +611,10 @@ register(Exercise(
                     note="adversarial round 9 (adv-00-04-r8 F4): Richardson differences, tanh via torch.e **"),
         WrongAnswer(_mlp_with_tanh_slope(_slope_by_richardson_inline), expect="difference_quotient",
                     note="the same written inline: torch's ops are dispatched, no helper needed"),
+        WrongAnswer(_mlp_with_tanh_slope(_slope_by_numpy_complex_step), expect="finite_differences",
+                    note="adversarial round 10 (adv-00-04-r9 F4): complex step in NumPy, getattr(.., 'ima' + 'g')"),
+        WrongAnswer(_mlp_with_tanh_slope(_slope_by_dual_tensors), expect="library_derivative",
+                    note="adversarial round 10 (adv-00-04-r9 F5): dual numbers of its own over tensors"),
         WrongAnswer(_mlp_with_tanh_slope(_slope_in_decimal), expect="library_derivative",
                     note="adversarial round 8 (m_s5): exact-arithmetic quotient (methods.EXACT_ARITHMETIC)"),
         WrongAnswer(_mlp_without_activation_grad, expect="missing_activation_grad"),
@@ -783,6 +811,46 @@ class _softplus_quotient_in_forward(torch.autograd.Function):
         return grad_output * slope
 
 
+class _softplus_by_numpy_contour(Softplus):
+    """Adversarial round 10 (adv-00-04-r9 F6): Cauchy's integral of log(1 + e^z) on 64 points of a circle of radius 1
+    around each entry, in NumPy complex arrays (no point near x: no step to see; the values are complex)."""
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        from autograd_lab_solutions.nb01_dynamic_graph import _UNIT
+
+        (x,) = ctx.saved_tensors
+        a, total = x.detach().numpy(), 0
+        for k in range(64):
+            w = numpy.exp(2 * numpy.pi * k / 64 * _UNIT)
+            total = total + numpy.log(1 + numpy.exp(a + w)) / w
+        return grad_output * torch.from_numpy(numpy.ascontiguousarray((total / 64).real)).to(x.dtype)
+
+
+class _softplus_by_numpy_complex_step(Softplus):
+    """Adversarial round 10 (adv-00-04-r9 F7): the complex step in NumPy, getattr on a computed name."""
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        from autograd_lab_solutions.nb01_dynamic_graph import _IMAGINARY, _UNIT
+
+        (x,) = ctx.saved_tensors
+        slope = getattr(numpy.log(1 + numpy.exp(x.detach().numpy() + _UNIT * 1e-30)), _IMAGINARY) / 1e-30
+        return grad_output * torch.from_numpy(numpy.ascontiguousarray(slope)).to(x.dtype)
+
+
+class _softplus_by_dual_numbers(Softplus):
+    """Adversarial round 10 (adv-00-04-r9 F8): log(1 + e^x) on dual numbers of one's own, exp and log written out."""
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        from autograd_lab_solutions.nb01_dynamic_graph import _Dual, _dual_exp
+
+        (x,) = ctx.saved_tensors
+        inner = 1 + _dual_exp(_Dual(x, torch.ones_like(x)), torch.exp)
+        return grad_output * _Dual(torch.log(inner.value), inner.part / inner.value).part
+
+
 class _softplus_by_forward_mode(Softplus):
     """Adversarial round 5 (sps_7): forward-mode AD inside backward, the tangent seeded with the gradient."""
 
@@ -876,6 +944,12 @@ register(Exercise(
         WrongAnswer(_python_quotient(_central_in_decimal), expect="own_function",
                     note="adversarial round 8 (sp_s1): a quotient in 60-digit decimal (methods.EXACT_ARITHMETIC)"),
         WrongAnswer(_softplus_quotient_in_forward, expect="own_function", note="NumPy quotient in forward, saved"),
+        WrongAnswer(_softplus_by_numpy_contour, expect="own_function",
+                    note="adversarial round 10 (adv-00-04-r9 F6): contour integral in NumPy complex arrays"),
+        WrongAnswer(_softplus_by_numpy_complex_step, expect="own_function",
+                    note="adversarial round 10 (adv-00-04-r9 F7): complex step in NumPy"),
+        WrongAnswer(_softplus_by_dual_numbers, expect="own_function",
+                    note="adversarial round 10 (adv-00-04-r9 F8): dual numbers of its own in backward"),
     ),
 ))
 

@@ -5,9 +5,12 @@ covered without editing this file.
 """
 
 import ast
+import dataclasses
 import math
 import re
+import typing
 
+import numpy
 import pytest
 import torch
 import torch.nn as nn
@@ -1295,3 +1298,137 @@ def test_round9_limit_a_template_from_the_public_records_passes_the_grade():
         return list(head) * micro_batches + tail
     result = _check_everything(exercise, amp_step_order)
     assert result.status == "passed" and result.hidden_total and result.hidden_passed == result.hidden_total, repr(result)
+
+
+# --- adversarial round 10 (adv-00-04-r9 F1-F8): complex numbers and arithmetic of one's own -----------------------
+# A complex step or contour integral (Python, NumPy) and dual numbers in a class of one's own had full marks in
+# 01.tiny_tanh, 02.mlp_backward and 02.softplus.  Since round 10 the tape looks at the values the answer's own
+# functions hold and receive (``tape._complex_kind``, ``tape._own_arithmetic``); the bank holds the attacks.  A
+# class of one's own that does no arithmetic (a dataclass, a callable, a NamedTuple, a subclass of the engine's
+# Value) and every real formula still pass.
+
+@dataclasses.dataclass
+class _Slope:
+    t: float
+
+    def value(self):
+        return 1 - self.t * self.t
+
+
+class _Sech2:
+    def __call__(self, v):
+        c = math.cosh(v)
+        return 1 / (c * c)
+
+
+def _tiny_tanh_as_value_subclass(a):
+    from autograd_lab.labs.tiny_engine import Value
+
+    class TanhNode(Value):          # no arithmetic of its own: the engine's
+        pass
+    t = math.tanh(a.data)
+    out = TanhNode(t, (a,), "tanh")
+
+    def _backward():
+        a.grad += (1 - t) * (1 + t) * out.grad
+    out._backward = _backward
+    return out
+
+
+class _Cache(typing.NamedTuple):
+    A: torch.Tensor
+    H: torch.Tensor
+
+
+def _mlp_with_a_named_tuple(X, W1, b1, W2, b2, G_Z):
+    cache = _Cache(X @ W1 + b1, torch.tanh(X @ W1 + b1))
+    G_A = (G_Z @ W2.T) * (1 - cache.H * cache.H)
+    return {"W1": X.T @ G_A, "b1": G_A.sum(0), "W2": cache.H.T @ G_Z, "b2": G_Z.sum(0)}
+
+
+@dataclasses.dataclass
+class _Local:
+    x: torch.Tensor
+
+    def slope(self):
+        return torch.sigmoid(self.x)
+
+
+class _SoftplusWithADataclass(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return F.softplus(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return grad_output * _Local(x).slope()
+
+
+class _SoftplusInNumpy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return F.softplus(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        a = x.detach().numpy()
+        e = numpy.exp(-numpy.abs(a))
+        return grad_output * torch.from_numpy(numpy.where(a >= 0, 1 / (1 + e), e / (1 + e)))
+
+
+@pytest.mark.parametrize("exercise_id,answer", [
+    ("01.tiny_tanh", lambda a: _tiny_tanh_with(lambda u, t: _Slope(t).value())(a)),
+    ("01.tiny_tanh", lambda a: _tiny_tanh_with(lambda u, t: _Sech2()(u))(a)),
+    ("01.tiny_tanh", _tiny_tanh_as_value_subclass),
+    ("02.mlp_backward", _mlp_with_a_named_tuple),
+    ("02.softplus", _SoftplusWithADataclass),
+    ("02.softplus", _SoftplusInNumpy),
+], ids=["tiny-tanh-dataclass", "tiny-tanh-callable-class", "tiny-tanh-value-subclass", "mlp-named-tuple",
+        "softplus-dataclass", "softplus-numpy-where"])
+def test_round10_classes_of_ones_own_without_arithmetic_pass(exercise_id, answer):
+    result = _check_everything(next(e for e in EXERCISES if e.id == exercise_id), answer)
+    assert result.status == "passed" and result.hidden_total and result.hidden_passed == result.hidden_total, repr(result)
+
+
+def test_round10_a_complex_value_is_seen_whatever_names_made_it():
+    """The values are judged, not the names: the unit from a library function, the imaginary part by getattr on a
+    computed name, a complex number only ever received from a call (``tape._complex_kind``)."""
+    import numpy as np
+    exercise = next(e for e in EXERCISES if e.id == "01.tiny_tanh")
+    unit = getattr(np.emath, "sq" + "rt")
+
+    def local(u, t):            # the complex numbers live only in the callee's frame and on the stack here
+        return getattr(_own_tanh(u + unit(-1.0) * 1e-30), "".join(["ima", "g"])) / 1e-30
+    result = _check_everything(exercise, _tiny_tanh_with(local))
+    assert result.status == "failed" and "complex numbers" in repr(result), repr(result)
+
+
+def _own_tanh(z):
+    e = math.e ** (2 * z)
+    return (e - 1) / (e + 1)
+
+
+def _inline_complex_step(u, t):
+    return getattr(1 - 2 / (math.e ** (2 * (u + (u - u - 1.0) ** 0.5 * 1e-30)) + 1), "".join(["ima", "g"])) / 1e-30
+
+
+def _dual_numbers_as_matrices(u, t):
+    exp = math.exp(2 * u)               # exp(2M) for M = [[u, 1], [0, u]]: the derivative of exp, known by heart
+    T = numpy.eye(2) - 2 * numpy.linalg.inv(numpy.array([[exp, 2 * exp], [0.0, exp]]) + numpy.eye(2))
+    return float(T[0, 1])
+
+
+@pytest.mark.parametrize("local", [_inline_complex_step, _dual_numbers_as_matrices],
+                         ids=["complex-step-inline-on-python-numbers", "dual-numbers-as-2x2-matrices"])
+def test_round10_limit_complex_numbers_on_the_stack_and_dual_matrices_are_not_seen(local):
+    """The documented limits (docs/authoring-exercises.md, "What the tape cannot see"): a complex number that only
+    ever lives inside one expression (made by Python's ``**`` of a negative float, taken apart by ``getattr``) is
+    held by no frame and returned by no Python function; a dual number written as a nilpotent 2x2 matrix is real
+    NumPy arithmetic.  Both pass the grade (academic-integrity matters)."""
+    exercise = next(e for e in EXERCISES if e.id == "01.tiny_tanh")
+    result = _check_everything(exercise, _tiny_tanh_with(local))
+    assert result.status == "passed", repr(result)

@@ -34,6 +34,10 @@ actually ran, not what the answer's names say.
   ``exact_arithmetic``: for a method that names ``held:exact``, the packages of exact or extra-precision
   arithmetic (``decimal``, ``fractions``, ``mpmath``, ``sympy``, ``gmpy2``) whose Python code ran or whose numbers,
   modules, classes or functions the answer's own functions held when they returned (``tape._EXACT_ROOTS``);
+  ``complex_values`` and ``own_arithmetic``, for a method that names a ``held:`` spec: complex numbers (Python,
+  NumPy, torch) the answer's own functions held or received, or a watched function evaluated at (a complex step, a
+  contour integral), and the classes of the answer's own whose arithmetic its code used (dual numbers: forward-mode
+  AD written by hand) (``tape._complex_kind``, ``tape._own_arithmetic``; adversarial round 10);
   ``escapes`` also holds child processes that ran during the call however they were started, and ctypes looking
   up a C function (``tape._Processes``, ``tape._LIBRARY_LOOKUPS``);
   ``tape_intact``: no recorder was switched off by the answer;
@@ -110,7 +114,7 @@ VERSION_FORGERS = (WRITES_SPEC, "code:torch._C:_increment_version")
 
 FACTS = ("engine_runs", "nested_engine_runs", "backward_ops", "backward_op_names", "forward_ad", "ops",
          "library_derivatives", "largest_numel", "largest_input_numel", "backward_largest", "output_from_engine", "ran", "copied",
-         "recompiled", "instances", "escapes", "other_threads", "complex_code", "exact_arithmetic", "tape_intact", "answer_kind", "own_backward_ops", "own_library_derivatives",
+         "recompiled", "instances", "escapes", "other_threads", "complex_code", "exact_arithmetic", "complex_values", "own_arithmetic", "tape_intact", "answer_kind", "own_backward_ops", "own_library_derivatives",
          "silent_writes", "samplers_built", "scalers_built", "tiny_engine_runs", "tiny_backwards",
          "tiny_own_backwards", "tiny_missing_backwards", "tiny_orphans", "tiny_off_input", "tiny_unseen", "complex_outputs",
          "small_steps", "stepped_points", "work", "input_shapes", "optimizer_moves", "backward_rows")
@@ -344,6 +348,11 @@ class _Points:
                 with torch._C._DisableTorchDispatch():
                     self.partners.append((_numbers(tensor.detach()), torch.finfo(tensor.dtype).eps))
 
+    def complex_calls(self):
+        """Recorded calls made at a complex point (``np.tanh(a + 1e-30j)``, a contour's points): no formula for a real
+        function's derivative evaluates one, a complex step or a Cauchy integral does (adversarial round 10)."""
+        return sum(any(number.imag != 0 for number in numbers) for numbers in self.calls)
+
     def stepped(self):
         """Recorded calls made at a point a small step away from another call's point: a difference quotient.
 
@@ -560,8 +569,16 @@ def watch(tensors, *, watchlist=(), answer=None, sizes=True):
                             stepped_points=stepped(points, list(tensors) + _tensors(result.output)),
                             tiny_unseen=sum(max(0, facts["ran"].get(f"code:{target}", 0) - points.seen[target])
                                             for target in Watchlist.of(watchlist).points),
+                            complex_values=with_complex_points(facts["complex_values"], points),
                             input_shapes=[list(t.shape) for t in tensors],
                             optimizer_moves=tape.moves.facts(result.output))
+
+
+def with_complex_points(found, points):
+    """``complex_values`` with, when a watched function (``args:`` specs) was called at a complex point, that too."""
+    if points is not None and points.complex_calls():
+        return sorted(set(found) | {"a complex point at which a watched function was evaluated"})[:8]
+    return found
 
 
 def stepped(points, partners):

@@ -148,6 +148,41 @@ def _exact_arithmetic(facts):
             "it with ordinary floats or tensors.")
 
 
+def _phases(facts, key):
+    """The entries of list fact ``key`` in the call and in the checker's backward (``grad_phase``), sorted."""
+    return sorted(set(facts.get(key) or ()) | set((facts.get("grad_phase") or {}).get(key) or ()))
+
+
+def complex_numbers(facts):
+    """Why the answer's derivative is refused for computing with complex numbers (``complex_values``), or ``None``.
+
+    Adversarial round 10 (adv-00-04-r9 F1, F2, F4, F6, F7): a complex step (``f(u + ih).imag / h``) or a Cauchy
+    contour integral is a numerical derivative exact to rounding; a real function's derivative written as a formula
+    never needs a complex number.  Judged on the values (``tape._complex_kind``), however they were made."""
+    found = _phases(facts, "complex_values") + [f"`complex`, `1j` or `.imag` in `{name}`"
+                                                for name in _phases(facts, "complex_code")]
+    if not found:
+        return None
+    return (f"your code computed with complex numbers ({'; '.join(found[:3])}): evaluating a function at complex "
+            "points (a complex step, f(u + ih) / h, or a contour integral) is a numerical derivative, not one you "
+            "worked out. Write the derivative as a formula and evaluate it with real numbers.")
+
+
+def own_arithmetic(facts):
+    """Why the answer's derivative is refused for arithmetic of its own classes (``own_arithmetic``), or ``None``.
+
+    Adversarial round 10 (adv-00-04-r9 F3, F5, F8): dual numbers in a class of the answer's own (``__add__``,
+    ``__mul__``, ``__truediv__`` carrying a derivative part) are forward-mode AD written by hand: the product and
+    quotient rules in the class differentiate, nobody works out the function's derivative."""
+    found = _phases(facts, "own_arithmetic")
+    if not found:
+        return None
+    return (f"your code computed with objects of a class of your own that defines arithmetic (`{'`, `'.join(found[:3])}`): "
+            "numbers that carry a derivative part through `+`, `*` and `/` (dual numbers) are forward-mode automatic "
+            "differentiation written by hand, and the derivative comes out of the product and quotient rules in the "
+            "class, not out of your own work. Write the local derivative as a formula with ordinary floats or tensors.")
+
+
 def uses_autograd():
     """The result must come out of autograd: a backward pass (or forward-mode AD) whose result is returned.
 
@@ -444,12 +479,18 @@ def own_function():
                 and not facts.get("complex_outputs", 0) and not grad.get("complex_outputs", 0)
                 and not facts.get("small_steps", 0) and not grad.get("small_steps", 0)
                 and not facts.get("stepped_points", 0) and not grad.get("stepped_points", 0)
-                and not grad.get("ctx_tensors", 0) and not _exact_arithmetic(facts))
+                and not grad.get("ctx_tensors", 0) and not _exact_arithmetic(facts)
+                and not complex_numbers(facts) and not own_arithmetic(facts))
 
     def explain(facts):
         grad = facts.get("grad_phase") or {}
         if facts.get("answer_kind") == "autograd.Function" and _exact_arithmetic(facts):
             return _exact_arithmetic(facts)
+        if facts.get("answer_kind") == "autograd.Function" and own_arithmetic(facts):
+            return own_arithmetic(facts)
+        if (facts.get("answer_kind") == "autograd.Function" and not facts.get("complex_outputs", 0)
+                and not grad.get("complex_outputs", 0) and complex_numbers(facts)):
+            return complex_numbers(facts)
         if facts.get("answer_kind") != "autograd.Function":
             return ("your answer is not a `torch.autograd.Function` of your own (a library function such as "
                     "`F.softplus` already has PyTorch's backward): write `class ...(torch.autograd.Function)` "
@@ -510,8 +551,9 @@ def own_derivatives():
     return Method(
         name="local derivatives you work out yourself (no PyTorch derivative kernel or rule)",
         holds=lambda facts: (facts["library_derivatives"] == 0 and not _ran(facts, DECOMPOSITIONS + DIFFERENTIATORS)
-                             and not _exact_arithmetic(facts)),
-        explain=_exact_arithmetic,
+                             and not _exact_arithmetic(facts) and not own_arithmetic(facts)
+                             and not complex_numbers(facts)),
+        explain=lambda facts: _exact_arithmetic(facts) or own_arithmetic(facts) or complex_numbers(facts),
         watch=DECOMPOSITIONS + DIFFERENTIATORS + EXACT_ARITHMETIC,
         message=("your answer called one of PyTorch's own derivative kernels (an `aten::*_backward` op), "
                  "derivative rules written in Python (`torch._decomp`, `torch._refs`, `torch._prims`) or a "

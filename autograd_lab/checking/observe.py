@@ -14,7 +14,7 @@ import os
 import torch
 
 from . import untouched
-from .facts import grad_phase_points, stepped, watch
+from .facts import grad_phase_points, stepped, watch, with_complex_points
 from .methods import watch_specs
 from .tape import Tape
 from .hermetic import TimedOut, deadline, isolated
@@ -147,7 +147,9 @@ def _grad_phase(record, exercise, answer, output, args, seed):
                                      if key in ("engine_runs", "nested_engine_runs", "backward_ops",
                                                 "own_backward_ops", "own_library_derivatives", "library_derivatives",
                                                 "escapes", "other_threads", "tape_intact", "ran", "forward_ad", "complex_outputs", "exact_arithmetic",
-                                                "small_steps")}
+                                                "complex_values", "complex_code", "own_arithmetic", "small_steps")}
+    record["facts"]["grad_phase"]["complex_values"] = with_complex_points(record["facts"]["grad_phase"]["complex_values"],
+                                                                          points)
     record["facts"]["grad_phase"]["stepped_points"] = (
         stepped(points, flat_tensors(args) + flat_tensors(output)) if points is not None else 0)
     record["facts"]["grad_phase"]["ctx_tensors"] = _ctx_tensors(output, own)

@@ -22,7 +22,9 @@ Three recorders, each seeing what the others cannot:
   of the function's names, variables and constants (``_recompiled``); a method that runs on an object made by ``object.__new__`` or
   ``copy.deepcopy`` is still that method.  It also sees forward-mode AD levels entered
   (``torch._C._enter_dual_level``: ``jvp``, ``jacfwd`` and dual tensors all need one),
-  threads and processes started, and the recorders being switched off.
+  threads and processes started, and the recorders being switched off; where a method names a ``held:`` spec,
+  the values the answer's own functions hold and receive (exact arithmetic, complex numbers, objects whose
+  arithmetic is a class of the answer's own: ``Tape._saw_values``).
 
 What it cannot see is listed in ``docs/authoring-exercises.md`` ("What the tape cannot
 see"): code run in another thread or process (recorded as an *escape*), and code written
@@ -40,6 +42,7 @@ import ast
 import collections
 import copy
 import ctypes           # imported here so that its loader's builtins and code are known before an answer runs
+import dis
 import gc
 import importlib
 import linecache
@@ -723,6 +726,71 @@ def _with_items(value, most=8):
             yield item
 
 
+# Complex numbers and the arithmetic of the answer's own classes (adversarial round 10, adv-00-04-r9 F1-F8: a
+# complex step or a Cauchy contour integral through a home-made Taylor ``exp`` on Python complex numbers, the unit
+# from ``np.emath.sqrt(-1.0)`` and ``.imag`` read with ``getattr``; the same in NumPy complex arrays; dual numbers in
+# a 12-line class of the answer's own: full marks in 01.tiny_tanh, 02.mlp_backward and 02.softplus).  A derivative
+# worked out as a formula needs neither, so where a method asks (``held:``) the tape looks at the *values*, not at
+# the names that made them: what the answer's own functions hold when they return (locals, closure cells, the globals
+# their code names, the value returned) and what any Python function returns into the answer's code.  Complex: a
+# Python ``complex``, a NumPy complex scalar or array, a complex tensor.  Arithmetic of its own: an object whose class
+# takes its arithmetic (``__add__``, ``__mul__``, ``__truediv__``..., NumPy's and torch's overloading protocols) from
+# code of the answer's own (forward-mode AD written by hand: the quotient rule in ``__truediv__`` differentiates).
+# Only types are read (``type(value)``, the class dictionaries, C getters): no code of the answer's runs in the hook.
+_ARITHMETIC = ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
+               "__pow__", "__rpow__", "__neg__", "__matmul__", "__rmatmul__", "__array_ufunc__", "__array_function__",
+               "__torch_function__", "__torch_dispatch__")
+_MRO = type.__dict__["__mro__"].__get__
+_CLASS_DICT = type.__dict__["__dict__"].__get__
+_QUALNAME = type.__dict__["__qualname__"].__get__
+
+
+_GLOBALS_READ = {}
+
+
+def _globals_read(code):
+    """The global names ``code`` loads (not its attribute names, which ``co_names`` also holds), once per code."""
+    found = _GLOBALS_READ.get(code)
+    if found is None:
+        found = _GLOBALS_READ[code] = tuple({instruction.argval for instruction in dis.get_instructions(code)
+                                             if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME")})
+    return found
+
+
+def _complex_kind(value):
+    """What kind of complex number ``value`` is (``"a Python complex number"``, ``"a NumPy complex array"``...), or
+    ``None``.  Read from its type and C getters only."""
+    kind = type(value)
+    if kind is complex:
+        return "a Python complex number"
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and issubclass(kind, (numpy.ndarray, numpy.generic)):
+        array = issubclass(kind, numpy.ndarray)
+        dtype = (numpy.ndarray if array else numpy.generic).__dict__["dtype"].__get__(value)
+        if dtype.kind == "c":
+            return "a NumPy complex array" if array else "a NumPy complex number"
+        return None
+    if issubclass(kind, torch.Tensor):
+        with torch._C.DisableTorchFunctionSubclass():
+            return "a complex tensor" if torch._C.TensorBase.dtype.__get__(value).is_complex else None
+    return None
+
+
+def _own_arithmetic(kind):
+    """The name of ``kind`` when it takes some of its arithmetic from code of the answer's own, else ``None``."""
+    for name in _ARITHMETIC:
+        for base in _MRO(kind):
+            found = _CLASS_DICT(base).get(name)
+            if found is None:
+                continue
+            if type(found) in (staticmethod, classmethod):
+                found = found.__func__
+            if type(found) is types.FunctionType and not _is_library(found.__code__):
+                return _QUALNAME(kind)
+            break
+    return None
+
+
 def _children_usage():
     """What the child processes waited for so far used (page faults, context switches; never time)."""
     if resource is None:
@@ -926,6 +994,8 @@ class Tape:
         self.run_largest, self.run_sizes = 0, []    # per backward pass: the most elements of a tensor it produced
         self.escapes, self.switched_off, self.threads, self.complex_code = [], [], [], []
         self.exact, self._answers = [], set()    # ``held:exact``: what was seen; the answer's own code objects
+        self.complex_values, self.own_arithmetic = [], []    # ``held:``: complex numbers, arithmetic of its own
+        self._kinds = {}                    # type -> the class's name when its arithmetic is the answer's (``_own_arithmetic``)
         self.tainted, self._names = {}, {}
         self.intact, self.new_instances, self._young, self._chained = True, collections.Counter(), None, None
         self.moves, self._returns = _OptimizerMoves(), {}     # who moved an optimizer's parameters; frames to see return
@@ -970,8 +1040,11 @@ class Tape:
         elif event == "return":
             if self._returns and frame in self._returns:
                 self._safely(self.moves.returned, self._returns.pop(frame), frame.f_locals.get("self"))
-            if self._answers and id(frame.f_code) in self._answers:
-                self._safely(self._saw_values, frame, arg)
+            if self._answers:
+                if id(frame.f_code) in self._answers:
+                    self._safely(self._saw_values, frame, arg)
+                elif frame.f_back is not None and id(frame.f_back.f_code) in self._answers:
+                    self._safely(self._saw_number, arg, frame.f_back.f_code.co_name)    # a library's value, received
         if self._chained is not None:
             self._chained(frame, event, arg)
 
@@ -992,12 +1065,32 @@ class Tape:
             self.points.own_call(id(code), float(value))
 
     def _saw_values(self, frame, returned):
-        """What the answer's own function held when it returned: exact or extra-precision numbers (``_EXACT_ROOTS``)."""
-        for value in (returned, *frame.f_locals.values()):
+        """What the answer's own function held when it returned (its locals and closure cells, the globals its code
+        names, the value returned): exact or extra-precision numbers (``_EXACT_ROOTS``), complex numbers, objects
+        whose arithmetic is its own (``_complex_kind``, ``_own_arithmetic``)."""
+        code, names = frame.f_code, frame.f_globals
+        named = [names[name] for name in _globals_read(code) if name in names]
+        for value in (returned, *frame.f_locals.values(), *named):
             for each in _with_items(value):
                 found = _exact_kind(each)
                 if found is not None and found not in self.exact:
                     self.exact.append(found)
+                self._saw_number(each, code.co_name)
+
+    def _saw_number(self, value, where):
+        """A complex number, or an object whose arithmetic is the answer's own, held or received by ``where``."""
+        found = _complex_kind(value)
+        if found is not None:
+            entry = f"{found} in `{where}`"
+            if entry not in self.complex_values:
+                self.complex_values.append(entry)
+            return
+        kind = type(value)
+        if kind not in self._kinds:
+            self._kinds[kind] = _own_arithmetic(kind)
+        found = self._kinds[kind]
+        if found is not None and found not in self.own_arithmetic:
+            self.own_arithmetic.append(found)
 
     def _saw_code(self, frame, code):
         key = id(code)
@@ -1206,6 +1299,8 @@ class Tape:
             "other_threads": sorted(set(self.threads))[:8],
             "complex_code": sorted(set(self.complex_code))[:8],
             "exact_arithmetic": sorted(self.exact)[:8],
+            "complex_values": sorted(self.complex_values)[:8],
+            "own_arithmetic": sorted(self.own_arithmetic)[:8],
             "tape_intact": self.intact,
             **(self.provenance.facts() if self.provenance is not None else {}),
         }
