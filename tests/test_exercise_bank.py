@@ -1178,3 +1178,38 @@ def test_round9_limit_a_template_from_the_public_records_passes_the_grade():
         return list(head) * micro_batches + tail
     result = _check_everything(exercise, amp_step_order)
     assert result.status == "passed" and result.hidden_total and result.hidden_passed == result.hidden_total, repr(result)
+
+
+# --- round 10 (adv-00-04-r9 F11, F12; adv-05-08-r9 note 3): refusals that named the wrong cause --------------------
+
+def _train_in_float64_cast_back(w0, x, y, lr, steps, k, l2):
+    """adv-00-04-r9 F11: the corrected loop on float64 copies, the weights cast back to w0's dtype."""
+    w = w0.detach().to(torch.float64).clone().requires_grad_()
+    x, y = x.to(torch.float64), y.to(torch.float64)
+    optimizer = torch.optim.SGD([w], lr=lr)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
+            ((F.mse_loss(x_micro @ w, y_micro) + l2 * w.pow(2).sum()) / k).backward()
+        optimizer.step()
+    return w.detach().to(w0.dtype)
+
+
+def test_round10_a_loop_trained_in_float64_and_cast_back_passes_public_and_hidden():
+    """The optimizer's steps made every change of w; the cast at the end is no update written by hand."""
+    result = _check_everything(next(e for e in EXERCISES if e.id == "03.train"), _train_in_float64_cast_back)
+    assert result.status == "passed" and result.hidden_total and result.hidden_passed == result.hidden_total, repr(result)
+
+
+@pytest.mark.parametrize("exercise_id,advice", [("03.train", "torch.from_numpy"),
+                                                ("02.mlp_backward", "torch.from_numpy"),
+                                                ("08.shard", ".tolist()")])
+def test_round10_a_numpy_array_is_refused_with_what_to_do(exercise_id, advice):
+    """adv-00-04-r9 F12: the prompts now say what type to return, and the message says how to make it; for a
+    list (08.shard) the message names no length, which is ceil(n / world_size) (adv-05-08-r9 note 3)."""
+    exercise = next(e for e in EXERCISES if e.id == exercise_id)
+    index = next(i for i, w in enumerate(exercise.wrong_answers) if "F12" in w.note or "note 3" in w.note)
+    result, public = _full_and_public(exercise, index)
+    text = " ".join(result.messages + public.messages)
+    assert result.misconception == "structure" and "got ndarray" in text and advice in text, repr(result)
+    assert "length" not in text, repr(result)

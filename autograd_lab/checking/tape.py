@@ -1195,6 +1195,15 @@ class _OptimizerMoves:
         with torch._C._DisableTorchDispatch(), torch._C.DisableTorchFunction():
             return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b.detach()))
 
+    @classmethod
+    def _cast(cls, values, returned):
+        """``returned`` holds ``values``, or ``values`` cast to its floating dtype: a loop trained on a float64
+        copy and cast back to ``w0``'s dtype returns what its steps made (adversarial round 10, adv-00-04-r9 F11)."""
+        if values.dtype == returned.dtype or not values.is_floating_point():
+            return cls._same(values, returned)
+        with torch._C._DisableTorchDispatch(), torch._C.DisableTorchFunction():
+            return cls._same(values.to(returned.dtype), returned)
+
     def stepping(self, optimizer):
         for p in self._parameters(optimizer):
             known = self.last.get(id(p))
@@ -1218,7 +1227,7 @@ class _OptimizerMoves:
         returned = [t for t in _tensors(output) if t.is_floating_point()]
         from_steps = None
         if self.steps:      # compared flat: `model.weight.detach()[0]` is the (1, n) parameter's values
-            from_steps = all(any(values.numel() == t.numel() and self._same(values.reshape(-1), t.reshape(-1))
+            from_steps = all(any(values.numel() == t.numel() and self._cast(values.reshape(-1), t.reshape(-1))
                                  for _, values in self.last.values()) for t in returned)
         return {"steps": self.steps, "still": self.still, "outside": self.outside, "output": from_steps}
 
