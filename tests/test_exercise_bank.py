@@ -1213,3 +1213,78 @@ def test_round10_a_numpy_array_is_refused_with_what_to_do(exercise_id, advice):
     text = " ".join(result.messages + public.messages)
     assert result.misconception == "structure" and "got ndarray" in text and advice in text, repr(result)
     assert "length" not in text, repr(result)
+
+
+# --- round 10 (adv-00-04-r8 F1, F2): forward mode judged by what carries a tangent; the returned value linear in
+# the engine's products. Correct styles next to what the fixes refuse (the refused ones are bank entries of 00).
+
+def _forward_mode_product(x):
+    import torch.autograd.forward_ad as fwAD
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(x.detach().clone(), torch.ones_like(x))
+        return fwAD.unpack_dual(dual * dual * dual).tangent
+
+
+def _forward_mode_primal_looked_at(x):
+    import torch.autograd.forward_ad as fwAD
+    with fwAD.dual_level():
+        primal, tangent = fwAD.unpack_dual(fwAD.make_dual(x.detach(), torch.ones_like(x)) ** 3)
+        assert primal.shape == x.shape
+        return tangent
+
+
+def _forward_mode_one_hot_tangents(x):
+    """One jvp per entry, tangents one-hot: n duals of x, each tangent from its own dual's graph."""
+    import torch.autograd.forward_ad as fwAD
+    columns = []
+    with fwAD.dual_level():
+        for basis in torch.eye(x.numel(), dtype=x.dtype):
+            columns.append(fwAD.unpack_dual((fwAD.make_dual(x.detach(), basis) ** 3).sum()).tangent)
+    return torch.stack(columns)
+
+
+def _two_half_passes(x):
+    t = x.detach().clone().requires_grad_()
+    (t ** 3 / 2).sum().backward()
+    (t ** 3 / 2).sum().backward()
+    return t.grad.clone()
+
+
+def _scaled_back(x):
+    t = x.detach().clone().requires_grad_()
+    (2 * t ** 3).sum().backward()
+    return t.grad / 2
+
+
+def _mean_of_passes(x):
+    t = x.detach().clone().requires_grad_()
+    return torch.stack([torch.autograd.grad((t ** 3).sum(), t)[0] for _ in range(2)]).mean(0)
+
+
+def _entry_by_entry_backward(x):
+    gradients = []
+    for value in x.detach().unbind():
+        value = value.clone().requires_grad_()
+        (value ** 3).backward()
+        gradients.append(value.grad)
+    return torch.stack(gradients)
+
+
+def _double_backward_of_the_cube(x):
+    """g = 2t with create_graph; then autograd differentiates g * g * t / 4, which is t^3: no algebra on g's values."""
+    t = x.detach().clone().requires_grad_()
+    (g,) = torch.autograd.grad((t ** 2).sum(), t, create_graph=True)
+    return torch.autograd.grad((g * g * t / 4).sum(), t)[0]
+
+
+@pytest.mark.parametrize("answer", [
+    _forward_mode_product, _forward_mode_primal_looked_at, _forward_mode_one_hot_tangents, _two_half_passes,
+    _scaled_back, _mean_of_passes, _entry_by_entry_backward, _double_backward_of_the_cube,
+    lambda x: torch.func.jvp(lambda t: t ** 3, (x.detach(),), (torch.ones_like(x),))[1],
+    lambda x: torch.func.jacrev(lambda t: (t ** 3).sum())(x.detach()),
+    lambda x: torch.func.grad(lambda t: (t * t * t).sum())(x.detach()).float().double(),
+], ids=["forward-product", "forward-primal-looked-at", "forward-one-hot", "two-half-passes", "scaled-back",
+        "mean-of-passes", "entry-by-entry", "double-backward", "func.jvp", "func.jacrev", "func.grad-cast"])
+def test_round10_correct_cube_styles_pass_public_and_hidden(answer):
+    result = _check_everything(next(e for e in EXERCISES if e.id == "00.cube_grad"), answer)
+    assert result.status == "passed" and result.hidden_total and result.hidden_passed == result.hidden_total, repr(result)

@@ -303,7 +303,7 @@ class _Ops(TorchDispatchMode):
             if node is not None:
                 tape.provenance.backward(_tensors((args, kwargs)), outputs)
             else:
-                tape.provenance.forward(name, _tensors((args, kwargs)), outputs, grad_on)
+                tape.provenance.forward(name, _tensors((args, kwargs)), outputs, grad_on, args)
         if tape.rows is not None and node is None:    # a gradient is judged by the ledger, not as data
             tape.rows.forward(name, _tensors((args, kwargs)), outputs, args)
         if tape.points is not None and name in tape.points.ops and args and (
@@ -384,7 +384,11 @@ class _DualTensors(TorchFunctionMode):
                 and not _is_libraries(sys._getframe(1))):
             ledger.exporting(args[0])       # the answer's own code takes the memory's address: its values can leave
         if ledger is not None and name == "_make_dual":
-            ledger.seeded(args[1] if len(args) > 1 else (kwargs or {}).get("tangent"))
+            tangent = args[1] if len(args) > 1 else (kwargs or {}).get("tangent")
+            ledger.seeded(tangent)
+            dual = self._call(ledger, func, args, kwargs)
+            ledger.made_dual(dual, tangent)
+            return dual
         # .detach() and .data seen where the answer calls them (autograd's own detaches, when it
         # saves a result for backward, dispatch the same aten op and must not count)
         if ledger is not None and (name == "detach" or name == "__get__" and getattr(func, "__self__", None) is _DATA):
@@ -401,13 +405,19 @@ class _DualTensors(TorchFunctionMode):
 
     @staticmethod
     def _call(ledger, func, args, kwargs):
-        if ledger is not None and _functorch_level() is not None:
-            ledger.in_transform += 1
-            try:
-                return func(*args, **(kwargs or {}))
-            finally:
-                ledger.in_transform -= 1
-        return func(*args, **(kwargs or {}))
+        if ledger is None:
+            return func(*args, **(kwargs or {}))
+        # Inside a transform or a dual level, whether this call is differentiated there: the ops it dispatches
+        # are recorded only then (adv-00-04-r8 F1: `3 * x ** 2` computed in a dual level from a tensor that
+        # carries no tangent is a constant to forward mode, as a detached value is to backward).
+        ledger.calls.append(ledger.differentiating(_tensors((args, kwargs))))
+        transform = _functorch_level() is not None
+        ledger.in_transform += transform
+        try:
+            return func(*args, **(kwargs or {}))
+        finally:
+            ledger.in_transform -= transform
+            ledger.calls.pop()
 
 
 _functorch_level = torch._C._functorch.maybe_current_level
