@@ -724,10 +724,10 @@ class Provenance:
                 self.found["other_dual"] += 1
         self._carry(keys, carried)
 
-    def differentiating(self, tensors):
-        """Whether a torch call's arguments are differentiated by the transform or dual level it runs in.
+    def differentiating(self, arguments):
+        """Whether a torch call's arguments (``arguments()``: its tensors) are differentiated where it runs.
 
-        ``None`` outside both.  In forward mode, an argument that carries a tangent at the current level (a
+        ``None`` outside a transform and a dual level.  In forward mode, an argument that carries a tangent at the current level (a
         dual); in a ``torch.func`` gradient transform, a wrapped argument that requires grad there, grad mode
         on.  A value computed in a dual level from tensors that carry none (``3 * x ** 2`` next to
         ``make_dual(x, ones)``, the dual's ``primal``, ``d.detach()``) is a constant to forward mode, as a
@@ -738,7 +738,7 @@ class Provenance:
             return None
         grad_on = torch.is_grad_enabled()
         with torch._C._DisableTorchDispatch():
-            for tensor in tensors:
+            for tensor in arguments():
                 if transform and grad_on and _is_wrapped(tensor) and tensor.requires_grad:
                     return True
                 try:

@@ -410,7 +410,7 @@ class _DualTensors(TorchFunctionMode):
         # Inside a transform or a dual level, whether this call is differentiated there: the ops it dispatches
         # are recorded only then (adv-00-04-r8 F1: `3 * x ** 2` computed in a dual level from a tensor that
         # carries no tangent is a constant to forward mode, as a detached value is to backward).
-        ledger.calls.append(ledger.differentiating(_tensors((args, kwargs))))
+        ledger.calls.append(ledger.differentiating(lambda: _tensors((args, kwargs))))
         transform = _functorch_level() is not None
         ledger.in_transform += transform
         try:
