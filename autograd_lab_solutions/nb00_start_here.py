@@ -231,6 +231,138 @@ def _forward_mode_through_round(x):
         return fwAD.unpack_dual(dual * _constant_of(3 * dual * dual)).tangent
 
 
+# Adversarial round 9 (adv-00-04-r8 F1): forward mode through a map linear in x, its weight 3x^2 typed by hand.
+# A value computed in a dual level from tensors that carry no tangent is a constant to forward mode.
+
+def _forward_mode_typed_weight(x):
+    """F1 as the adversary wrote it: the weight computed from the input inside the dual level."""
+    import torch.autograd.forward_ad as fwAD
+    xs = x.detach()
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(xs, torch.ones_like(xs))
+        return fwAD.unpack_dual(dual * (3 * xs ** 2)).tangent
+
+
+def _forward_mode_weight_from_primal(x):
+    """The weight from the dual's own primal, which carries no tangent."""
+    import torch.autograd.forward_ad as fwAD
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(x.detach(), torch.ones_like(x))
+        primal = fwAD.unpack_dual(dual).primal
+        return fwAD.unpack_dual(dual * (3 * primal ** 2)).tangent
+
+
+def _forward_mode_weight_from_detached_dual(x):
+    import torch.autograd.forward_ad as fwAD
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(x.detach(), torch.ones_like(x))
+        return fwAD.unpack_dual(dual * (3 * dual.detach() ** 2)).tangent
+
+
+def _forward_mode_weight_from_second_dual(x):
+    """The weight from a second dual of x whose tangent is zero: its primal values, differentiated, are 3x^2."""
+    import torch.autograd.forward_ad as fwAD
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(x.detach().clone(), torch.ones_like(x))
+        other = fwAD.make_dual(x.detach().clone(), torch.zeros_like(x))
+        return fwAD.unpack_dual(dual * (3 * other * other)).tangent
+
+
+class _TypedJvp(torch.autograd.Function):
+    """x^3 whose forward-mode derivative (``jvp``) is typed by hand."""
+
+    @staticmethod
+    def forward(ctx, t):
+        ctx.save_for_forward(t)
+        return t ** 3
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise NotImplementedError
+
+    @staticmethod
+    def jvp(ctx, tangent):
+        (t,) = ctx.saved_tensors
+        return 3 * t ** 2 * tangent
+
+
+def _forward_mode_typed_jvp(x):
+    import torch.autograd.forward_ad as fwAD
+    with fwAD.dual_level():
+        return fwAD.unpack_dual(_TypedJvp.apply(fwAD.make_dual(x.detach().clone(), torch.ones_like(x)))).tangent
+
+
+def _jvp_of_closure_weight(x):
+    """torch.func.jvp of t -> t * 3x^2, the weight a closure over x: no wrapped tensor, nothing differentiated."""
+    xs = x.detach()
+    return torch.func.jvp(lambda t: t * (3 * xs ** 2), (xs,), (torch.ones_like(xs),))[1]
+
+
+def _jacfwd_of_detached_weight(x):
+    return torch.func.jacfwd(lambda t: (t * (3 * t.detach() ** 2)).sum())(x.detach())
+
+
+def _grad_of_closure_weight(x):
+    """The same in reverse: torch.func.grad of (t * 3x^2).sum(), the weight a closure over x."""
+    xs = x.detach()
+    return torch.func.grad(lambda t: (t * (3 * xs ** 2)).sum())(xs)
+
+
+def _vjp_of_closure_weight(x):
+    xs = x.detach()
+    return torch.func.vjp(lambda t: t * (3 * xs ** 2), xs)[1](torch.ones_like(xs))[0]
+
+
+# Adversarial round 9 (adv-00-04-r8 F2): autograd of another function, then algebra on its result: the returned
+# value must be linear in the engine's products (copies, views, sums of passes, scales), no product or power of them.
+
+def _square_of_the_gradient_of_x_squared(x):
+    """F2 as the adversary wrote it: d(x^2)/dx = 2x, then 0.75 (2x)^2 = 3x^2."""
+    t = x.detach().clone().requires_grad_()
+    (t ** 2).sum().backward()
+    return t.grad * t.grad * 0.75
+
+
+def _power_of_a_gradient(x):
+    t = x.detach().clone().requires_grad_()
+    (t ** 2 / 2).sum().backward()
+    return 3 * t.grad ** 2
+
+
+def _product_of_two_passes(x):
+    t = x.detach().clone().requires_grad_()
+    (first,) = torch.autograd.grad((t ** 2 / 2).sum(), t)
+    (second,) = torch.autograd.grad((t ** 2 / 2).sum(), t)
+    return 3 * first * second.clone()
+
+
+def _squared_in_place(x):
+    t = x.detach().clone().requires_grad_()
+    (t ** 2).sum().backward()
+    return t.grad.mul_(t.grad).mul_(0.75)
+
+
+def _square_of_a_torch_func_gradient(x):
+    gradient = torch.func.grad(lambda t: (t ** 2).sum())(x.detach())
+    return 0.75 * gradient * gradient
+
+
+def _squared_through_numpy_in_place(x):
+    """F2 where no op runs: the gradient's memory rewritten through its NumPy view, then returned as the engine's."""
+    t = x.detach().clone().requires_grad_()
+    (t ** 2).sum().backward()
+    values = t.grad.numpy()
+    values[:] = 0.75 * values * values
+    return t.grad
+
+
+def _square_of_a_tangent(x):
+    import torch.autograd.forward_ad as fwAD
+    with fwAD.dual_level():
+        tangent = fwAD.unpack_dual(fwAD.make_dual(x.detach(), torch.ones_like(x)) ** 2).tangent
+        return 0.75 * tangent * tangent
+
+
 def forward_mode_cube_grad(x):
     """Round 4 (A3, a correct answer once refused): forward-mode AD; with tangent ones, the elementwise gradient."""
     import torch.autograd.forward_ad as fwAD
@@ -330,6 +462,24 @@ register(Exercise(
         WrongAnswer(_formula_times_engine_result, expect="laundered_formula", note="round 4 A4: ones x 3x^2"),
         WrongAnswer(_forward_mode_seeded_with_formula, expect="laundered_formula", note="tangent seeded with 3x^2"),
         WrongAnswer(_forward_mode_through_round, expect="laundered_formula", note="forward mode through round"),
+        WrongAnswer(_forward_mode_typed_weight, expect="laundered_formula", note="round 9 F1: d * (3 x^2), x no dual"),
+        WrongAnswer(_forward_mode_weight_from_primal, expect="laundered_formula", note="F1 with the dual's primal"),
+        WrongAnswer(_forward_mode_weight_from_detached_dual, expect="laundered_formula", note="F1 with d.detach()"),
+        WrongAnswer(_forward_mode_weight_from_second_dual, expect="laundered_formula",
+                    note="F1 with a second dual of x, tangent zero"),
+        WrongAnswer(_forward_mode_typed_jvp, expect="laundered_formula", note="F1: a Function's jvp typed by hand"),
+        WrongAnswer(_jvp_of_closure_weight, expect="laundered_formula", note="F1 in torch.func.jvp, closure weight"),
+        WrongAnswer(_jacfwd_of_detached_weight, expect="laundered_formula", note="F1 in jacfwd, t.detach() weight"),
+        WrongAnswer(_grad_of_closure_weight, expect="laundered_formula", note="torch.func.grad, closure weight"),
+        WrongAnswer(_vjp_of_closure_weight, expect="laundered_formula", note="torch.func.vjp, closure weight"),
+        WrongAnswer(_square_of_the_gradient_of_x_squared, expect="laundered_formula", note="round 9 F2: 0.75 g g"),
+        WrongAnswer(_power_of_a_gradient, expect="laundered_formula", note="F2: 3 g ** 2, g = x"),
+        WrongAnswer(_product_of_two_passes, expect="laundered_formula", note="F2: the product of two passes"),
+        WrongAnswer(_squared_in_place, expect="laundered_formula", note="F2: g.mul_(g) in place"),
+        WrongAnswer(_square_of_a_torch_func_gradient, expect="laundered_formula", note="F2 with torch.func.grad"),
+        WrongAnswer(_square_of_a_tangent, expect="laundered_formula", note="F2 with forward mode's tangent"),
+        WrongAnswer(_squared_through_numpy_in_place, expect="laundered_formula",
+                    note="F2 written into .grad's memory through numpy()"),
         WrongAnswer(_clone_of_callers_x, expect="modified_input", note="round 4 A5: x.clone() as the leaf"),
         WrongAnswer(_callers_x_switched_back, expect="modified_input", note="round 4 A5: requires_grad reset"),
         # Right values, but the caller's tensor changed (round 1): the prompt says to leave x as it was.

@@ -622,6 +622,8 @@ register(Exercise(
         WrongAnswer(_mlp_bias_mean, expect="bias_mean"),
         WrongAnswer(lambda X, W1, b1, W2, b2, G_Z: {k: v for k, v in mlp_backward(X, W1, b1, W2, b2, G_Z).items()
                                                     if k != "b1"}, expect="structure"),
+        WrongAnswer(lambda *args: {k: v.numpy() for k, v in mlp_backward(*args).items()}, expect="structure",
+                    note="adv-00-04-r9 F12: a dict of NumPy arrays; the prompt asks for tensors, the message says how"),
     ),
 ))
 

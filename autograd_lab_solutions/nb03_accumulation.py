@@ -863,5 +863,7 @@ register(Exercise(
         WrongAnswer(_trains_callers_w0, expect="modified_input", note="detach without clone"),
         WrongAnswer(_closed_form_written_into_grad, expect="laundered_formula", note="round 4 A3: formula into .grad"),
         WrongAnswer(_closed_form_added_into_grad, expect="laundered_formula", note="w.grad.add_(formula)"),
+        WrongAnswer(lambda *args: train(*args).numpy(), expect="structure",
+                    note="adv-00-04-r9 F12: a NumPy array; the prompt asks for a tensor, the message says how"),
     ),
 ))

@@ -41,6 +41,17 @@ def _by_predicted_saved(n):
     return min((s for s in range(1, n + 1) if n % s == 0), key=lambda s: (predicted_saved(n, s), s))
 
 
+def _by_lab_measurement(n):
+    """Adversarial round 10 (adv-05-08-r9 finding 2, a06_rt): the lab's ``forward_saved`` and ``activations_kept``
+    measure the count for each divisor on a throwaway model; the lab's code counts, not the student's."""
+    from autograd_lab.labs.recompute import activations_kept, forward_saved
+
+    model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Tanh()) for _ in range(n)])
+    x = torch.randn(3, 2, requires_grad=True)
+    counts = {s: activations_kept(forward_saved(model, x, s)) for s in range(1, n + 1) if n % s == 0}
+    return min(counts, key=lambda s: (counts[s], s))
+
+
 def _any_segment_count(n):
     """The formula minimised over every s, divisor or not (with n / s as a float)."""
     return min(range(1, n + 1), key=lambda s: (s - 1) + n / s + 1)
@@ -54,8 +65,16 @@ register(Exercise(
     inputs=_block_count,
     points=1,
     # The notebook imports the lab's count and prints its table: the count is the student's (adv-05-08-r8, 3).
+    # Nor its measurement helpers (adv-05-08-r9, finding 2): `forward_saved` + `activations_kept` on a throwaway model
+    # count for each divisor, the lab's code doing the counting the prompt asks for.
     method=no_library("code:autograd_lab.labs.recompute:predicted_saved",
-                      name="your own count of (s - 1) + n/s + 1 (not the lab's `predicted_saved`)"),
+                      "code:autograd_lab.labs.recompute:forward_saved",
+                      "code:autograd_lab.labs.recompute:activations_kept",
+                      "code:autograd_lab.labs.recompute:measure_segments",
+                      "code:autograd_lab.labs.memory:saved_tensors",
+                      name="your own count of (s - 1) + n/s + 1 (not the lab's `predicted_saved`, nor its "
+                           "measurement helpers `forward_saved`, `activations_kept`, `measure_segments`, "
+                           "`saved_tensors`)"),
     hints=(
         "Only segment counts that divide n give uniform segments: which s are allowed for n = 12?",
         "For one allowed s, what does each checkpointed segment keep after the forward pass, and what does the "
@@ -84,6 +103,8 @@ register(Exercise(
         WrongAnswer(lambda n: 1, expect="extreme"),
         WrongAnswer(_by_predicted_saved, expect="used_library",
                     note="adversary round 9 (a06_r5): the lab's predicted_saved does the count, right on every case"),
+        WrongAnswer(_by_lab_measurement, expect="used_library",
+                    note="adversary round 10 (a06_rt): forward_saved + activations_kept measure each divisor"),
     ),
 ))
 

@@ -126,6 +126,12 @@ def shard(n, world_size, rank):
     return padded[:total][rank::world_size]                           # every world_size-th index
 
 
+def _as_ndarray(n, world_size, rank):
+    import numpy
+
+    return numpy.array(shard(n, world_size, rank))
+
+
 # (items, ranks) regimes: padding shorter than the dataset, longer than it (fewer items than
 # ranks), and a dataset that needs none; each public seed takes another, hidden seeds too.
 _SHARD_REGIMES = ("short", "long", "none")
@@ -290,6 +296,9 @@ register(Exercise(
         WrongAnswer(_sampler_subclass, expect="used_sampler", note="a subclass whose __init__ skips super()"),
         WrongAnswer(_sampler_source_execd, expect="used_sampler", note="its __iter__'s source, renamed and exec'd "
                     "(adversarial round 5, s08f)"),
+        WrongAnswer(_as_ndarray, expect="structure",
+                    note="adv-05-08-r9 note 3 (a08_npx): a NumPy array for the list; the message names no length, "
+                         "which is ceil(n / world_size), part of the answer"),
     ),
 ))
 

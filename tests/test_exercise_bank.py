@@ -1432,3 +1432,112 @@ def test_round10_limit_complex_numbers_on_the_stack_and_dual_matrices_are_not_se
     exercise = next(e for e in EXERCISES if e.id == "01.tiny_tanh")
     result = _check_everything(exercise, _tiny_tanh_with(local))
     assert result.status == "passed", repr(result)
+
+# --- round 10 (adv-00-04-r9 F11, F12; adv-05-08-r9 note 3): refusals that named the wrong cause --------------------
+
+def _train_in_float64_cast_back(w0, x, y, lr, steps, k, l2):
+    """adv-00-04-r9 F11: the corrected loop on float64 copies, the weights cast back to w0's dtype."""
+    w = w0.detach().to(torch.float64).clone().requires_grad_()
+    x, y = x.to(torch.float64), y.to(torch.float64)
+    optimizer = torch.optim.SGD([w], lr=lr)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        for x_micro, y_micro in zip(x.chunk(k), y.chunk(k)):
+            ((F.mse_loss(x_micro @ w, y_micro) + l2 * w.pow(2).sum()) / k).backward()
+        optimizer.step()
+    return w.detach().to(w0.dtype)
+
+
+def test_round10_a_loop_trained_in_float64_and_cast_back_passes_public_and_hidden():
+    """The optimizer's steps made every change of w; the cast at the end is no update written by hand."""
+    result = _check_everything(next(e for e in EXERCISES if e.id == "03.train"), _train_in_float64_cast_back)
+    assert result.status == "passed" and result.hidden_total and result.hidden_passed == result.hidden_total, repr(result)
+
+
+@pytest.mark.parametrize("exercise_id,advice", [("03.train", "torch.from_numpy"),
+                                                ("02.mlp_backward", "torch.from_numpy"),
+                                                ("08.shard", ".tolist()")])
+def test_round10_a_numpy_array_is_refused_with_what_to_do(exercise_id, advice):
+    """adv-00-04-r9 F12: the prompts now say what type to return, and the message says how to make it; for a
+    list (08.shard) the message names no length, which is ceil(n / world_size) (adv-05-08-r9 note 3)."""
+    exercise = next(e for e in EXERCISES if e.id == exercise_id)
+    index = next(i for i, w in enumerate(exercise.wrong_answers) if "F12" in w.note or "note 3" in w.note)
+    result, public = _full_and_public(exercise, index)
+    text = " ".join(result.messages + public.messages)
+    assert result.misconception == "structure" and "got ndarray" in text and advice in text, repr(result)
+    assert "length" not in text, repr(result)
+
+
+# --- round 10 (adv-00-04-r8 F1, F2): forward mode judged by what carries a tangent; the returned value linear in
+# the engine's products. Correct styles next to what the fixes refuse (the refused ones are bank entries of 00).
+
+def _forward_mode_product(x):
+    import torch.autograd.forward_ad as fwAD
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(x.detach().clone(), torch.ones_like(x))
+        return fwAD.unpack_dual(dual * dual * dual).tangent
+
+
+def _forward_mode_primal_looked_at(x):
+    import torch.autograd.forward_ad as fwAD
+    with fwAD.dual_level():
+        primal, tangent = fwAD.unpack_dual(fwAD.make_dual(x.detach(), torch.ones_like(x)) ** 3)
+        assert primal.shape == x.shape
+        return tangent
+
+
+def _forward_mode_one_hot_tangents(x):
+    """One jvp per entry, tangents one-hot: n duals of x, each tangent from its own dual's graph."""
+    import torch.autograd.forward_ad as fwAD
+    columns = []
+    with fwAD.dual_level():
+        for basis in torch.eye(x.numel(), dtype=x.dtype):
+            columns.append(fwAD.unpack_dual((fwAD.make_dual(x.detach(), basis) ** 3).sum()).tangent)
+    return torch.stack(columns)
+
+
+def _two_half_passes(x):
+    t = x.detach().clone().requires_grad_()
+    (t ** 3 / 2).sum().backward()
+    (t ** 3 / 2).sum().backward()
+    return t.grad.clone()
+
+
+def _scaled_back(x):
+    t = x.detach().clone().requires_grad_()
+    (2 * t ** 3).sum().backward()
+    return t.grad / 2
+
+
+def _mean_of_passes(x):
+    t = x.detach().clone().requires_grad_()
+    return torch.stack([torch.autograd.grad((t ** 3).sum(), t)[0] for _ in range(2)]).mean(0)
+
+
+def _entry_by_entry_backward(x):
+    gradients = []
+    for value in x.detach().unbind():
+        value = value.clone().requires_grad_()
+        (value ** 3).backward()
+        gradients.append(value.grad)
+    return torch.stack(gradients)
+
+
+def _double_backward_of_the_cube(x):
+    """g = 2t with create_graph; then autograd differentiates g * g * t / 4, which is t^3: no algebra on g's values."""
+    t = x.detach().clone().requires_grad_()
+    (g,) = torch.autograd.grad((t ** 2).sum(), t, create_graph=True)
+    return torch.autograd.grad((g * g * t / 4).sum(), t)[0]
+
+
+@pytest.mark.parametrize("answer", [
+    _forward_mode_product, _forward_mode_primal_looked_at, _forward_mode_one_hot_tangents, _two_half_passes,
+    _scaled_back, _mean_of_passes, _entry_by_entry_backward, _double_backward_of_the_cube,
+    lambda x: torch.func.jvp(lambda t: t ** 3, (x.detach(),), (torch.ones_like(x),))[1],
+    lambda x: torch.func.jacrev(lambda t: (t ** 3).sum())(x.detach()),
+    lambda x: torch.func.grad(lambda t: (t * t * t).sum())(x.detach()).float().double(),
+], ids=["forward-product", "forward-primal-looked-at", "forward-one-hot", "two-half-passes", "scaled-back",
+        "mean-of-passes", "entry-by-entry", "double-backward", "func.jvp", "func.jacrev", "func.grad-cast"])
+def test_round10_correct_cube_styles_pass_public_and_hidden(answer):
+    result = _check_everything(next(e for e in EXERCISES if e.id == "00.cube_grad"), answer)
+    assert result.status == "passed" and result.hidden_total and result.hidden_passed == result.hidden_total, repr(result)

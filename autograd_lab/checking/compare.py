@@ -87,11 +87,22 @@ def _is_kind(record, *kinds):
     return isinstance(record, dict) and record.get(KIND) in kinds
 
 
+def _is_ndarray(record):
+    """A NumPy array returned as it is (adversarial round 10, F12): the prompts ask for tensors and lists."""
+    return _is_kind(record, "object") and record.get("type") == "ndarray"
+
+
+_NUMPY_TO_TENSOR = " A NumPy array is not a tensor: `torch.from_numpy(...)` makes one from it."
+_NUMPY_TO_LIST = " `.tolist()` makes a list from a NumPy array."
+
+
 def _compare_container(student, reference, where, tolerance, state, grads):
     kind = reference[KIND]
     if kind in ("tuple", "list"):
-        if not _is_kind(student, "tuple", "list"):
-            return Finding("structure", f"{where}: expected a {describe(reference)}, got {describe(student)}.")
+        if not _is_kind(student, "tuple", "list"):     # not the length: it can be part of the answer (08.shard's
+            # ceil(n / world), adv-05-08-r9 note 3), as below
+            return Finding("structure", f"{where}: expected a {kind}, got {describe(student)}."
+                                        + _NUMPY_TO_LIST * _is_ndarray(student))
         if len(student["items"]) != len(reference["items"]):   # the expected length can be the answer (05.amp_step_order)
             return Finding("structure", f"{where}: expected a {kind} of another length (yours has "
                                         f"{len(student['items'])} {'entry' if len(student['items']) == 1 else 'entries'}).")
@@ -163,7 +174,8 @@ def _compare_tensor(student, reference, where, tolerance, state, grads):
     if student is None:
         return Finding("none", MESSAGES["none"].format(where=where.capitalize()))
     if not _is_kind(student, "tensor"):
-        return Finding("structure", f"{where}: expected a {describe(reference)}, got {describe(student)}.")
+        return Finding("structure", f"{where}: expected a {describe(reference)}, got {describe(student)}."
+                                    + _NUMPY_TO_TENSOR * _is_ndarray(student))
     finding = (_compare_metadata(student, reference, where)
                or compare_tensor_values(student["value"], reference["value"], where, tolerance))
     if finding is None and state:

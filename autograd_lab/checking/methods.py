@@ -250,6 +250,17 @@ def autograd_derivative(wrt=0):
             return (f"the graph you backpropagated through multiplies by a value {how}: that constant is the "
                     "derivative typed by hand. Build the function itself from your leaf and let autograd "
                     "differentiate it.")
+        if laundered.get("forward_weight"):
+            return ("the function you pushed forward mode's tangent through multiplies by a value computed from the "
+                    "input that forward mode treats as a constant (made from a tensor that carries no tangent: the "
+                    "input itself, the dual's `primal`, `.detach()`, `.data`, or a closure of a `torch.func` "
+                    "transform): that constant is the derivative typed by hand. Build the function itself from "
+                    "the dual tensor and let forward mode differentiate it.")
+        if laundered.get("other_dual"):
+            return ("the tangent you returned was computed with the primal values of a second dual tensor of the "
+                    "input (one whose tangent you did not push): forward mode multiplied by a value built from that "
+                    "other copy, which is the derivative typed by hand. Push the tangent through the function of "
+                    "one dual tensor and return its tangent.")
         if laundered.get("output"):
             return ("the value you returned is not only what autograd produced: it was computed with the input's "
                     "values besides the gradient (a formula multiplied or added in, with grad mode on or off). "
@@ -259,6 +270,13 @@ def autograd_derivative(wrt=0):
                     "caller's tensor) rather than from the leaf it belongs to: the backward pass multiplied by a "
                     "value built from that other copy, which is the derivative typed by hand. Differentiate the "
                     "function of one leaf and return that leaf's gradient.")
+        if laundered.get("reworked"):
+            return ("the value you returned was computed from autograd's result by a step that is not linear in it "
+                    "(a product of gradients, a power or another function of one, or its memory rewritten where no "
+                    "op runs, through `numpy()`): autograd differentiated some "
+                    "other function, and turning its derivative into the one asked for was worked out by hand. "
+                    "Let autograd differentiate the function the prompt names and return what it produced (a "
+                    "copy, a view or a sum of passes is fine).")
         if facts.get("passes_linear_in_input"):
             return ("your answer took the input's values out to Python (`tolist`, `item`, `numpy`, its memory's "
                     "address or bytes), and one of "

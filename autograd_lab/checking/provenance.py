@@ -31,10 +31,21 @@ derivative made outside autograd; so does a ``gradient=`` / ``grad_outputs`` tha
 derived, foreign or the input's values; so does a returned tensor that is derived or
 tracked (the engine's product changed afterwards with values computed from the input, even
 inside autograd: ``xx.grad * 3 * xx * xx``), and a ``.grad`` an optimizer steps on that is
-(``w.grad = w.grad + formula``: ``stepping``).  Forward-mode AD is autograd too: ops run in a
-dual level count as recorded, a tangent ``unpack_dual`` returns is the engine's product
-(derived only when it read a derived value), and a tangent seeded into ``make_dual`` is
-judged like a ``gradient=``.
+(``w.grad = w.grad + formula``: ``stepping``).  Forward-mode AD is autograd too: an op is
+recorded there when the torch call that ran it was differentiated, an argument carrying a
+tangent at the current level (inside a ``torch.func`` gradient transform, a wrapped argument
+that requires grad), as the tape's function mode asks (``differentiating``); what a dual
+level computes from tensors that carry none (the input, the dual's ``primal``, ``.detach()``,
+a transform's closure) is derived, as a detached value is.  A tangent ``unpack_dual`` returns
+is the engine's product (derived only when it read a derived value); a tangent seeded into
+``make_dual`` is judged like a ``gradient=``; forward mode's own arithmetic on a tangent
+(its formula for the op the answer called) that reads a derived value is a weight typed by
+hand, and one that reads the primal values of a second dual of the input (``d * (3 * z * z)``,
+z's tangent zero) is that dual's derivative taken for d's (``_forward_op``; adv-00-04-r8 F1).
+The returned value must be linear in the engine's products (copies, views, sums of passes,
+scales: ``_LINEAR``, ``_LINEAR_IN_ONE``): a product or a power of them, or any other function
+of one, means autograd differentiated another function and the rest was worked out by hand
+(``reworked``; adv-00-04-r8 F2: the gradient of ``x ** 2``, then ``0.75 * g * g``).
 And every backward pass must read at least one tracked tensor: the function the
 exercises name is nonlinear in the input, so its true derivative needs the input's
 saved values, while a laundered one runs a pass that is linear in the leaf.
@@ -62,6 +73,25 @@ _ZERO_DERIVATIVE = frozenset(f"aten::{name}" for name in (
     "round", "floor", "ceil", "trunc", "fix", "sign", "sgn", "signbit", "round_", "floor_", "ceil_", "trunc_",
     "fix_", "sign_", "sgn_", "floor_divide", "remainder", "fmod", "bucketize", "searchsorted", "argmax", "argmin",
     "argsort", "heaviside"))
+# Ops linear in every tensor they read (views, copies, sums, concatenation, selection): what they make from the
+# engine's products is still the engine's products, scaled, summed or rearranged.  Any op not listed here or
+# in ``_LINEAR_IN_ONE`` that reads one reworks it (``Provenance._rework``).
+_LINEAR = frozenset(f"aten::{name}" for name in (
+    "alias", "detach", "view", "_unsafe_view", "reshape", "_reshape_alias", "expand", "select", "slice", "narrow",
+    "t", "transpose", "permute", "squeeze", "unsqueeze", "as_strided", "unbind", "split", "split_with_sizes",
+    "chunk", "unfold", "diagonal", "flip", "roll", "repeat", "movedim", "unflatten", "flatten", "view_as_real",
+    "view_as_complex", "index_select", "gather", "index", "take", "masked_select", "clone", "_to_copy", "to",
+    "contiguous", "copy_", "_copy_from", "_copy_from_and_resize", "lift", "lift_fresh", "lift_fresh_copy",
+    "add", "add_", "sub", "sub_", "neg", "neg_", "sum", "mean", "cumsum", "cumsum_", "cat", "stack", "zero_",
+    "fill_", "_foreach_add", "_foreach_add_", "_foreach_sub", "_foreach_sub_", "_foreach_neg", "_foreach_neg_",
+    "_foreach_zero_", "_foreach_copy_", "_fused_sgd_", "trace", "tril", "triu", "diag", "diag_embed",
+    "sum_to_size", "_reshape_copy", "squeeze_", "unsqueeze_", "t_", "transpose_", "resize_", "set_"))
+# Ops linear in each tensor argument alone (``mul``: ``g * c``, not ``g * g``); ``div`` and ``_foreach_div``
+# only in the dividend, their first argument.
+_LINEAR_IN_ONE = frozenset(f"aten::{name}" for name in (
+    "mul", "mul_", "div", "div_", "mm", "bmm", "mv", "dot", "vdot", "matmul", "outer", "addmm", "addmv",
+    "addcmul", "addcmul_", "baddbmm", "_foreach_mul", "_foreach_mul_", "_foreach_div", "_foreach_div_", "lerp",
+    "lerp_", "where"))
 _MAX_COMPARED = 1 << 16     # a foreign tensor larger than this is judged foreign without comparing values
 # Ops whose output memory is uninitialised: what it holds is no value until something writes into it.
 _UNINITIALISED = frozenset(f"aten::{name}" for name in (
@@ -114,6 +144,32 @@ def _distinctive(values):
     return values.numel() >= 2 and bool((values != values[0]).any())
 
 
+def _linear_in_engine(name, args, engine_valued):
+    """Whether op ``name`` called on ``args`` is linear in the engine's products among them."""
+    if name in _LINEAR:
+        return True
+    if name not in _LINEAR_IN_ONE or args is None:
+        return False
+    carriers = [any(engine_valued(t) for t in _flat(arg)) for arg in args]
+    if name.startswith(("aten::div", "aten::_foreach_div")):
+        return not any(carriers[1:])
+    if name.startswith("aten::where"):          # the condition chooses: a choice made on the values is not linear
+        return not carriers[:1] or not carriers[0]
+    if name.startswith("aten::lerp"):           # start + weight * (end - start): linear in the ends, not the weight
+        return not any(carriers[2:])
+    if name.startswith(("aten::addmm", "aten::addmv", "aten::addcmul", "aten::baddbmm")):
+        return sum(carriers[1:3]) <= 1          # bias + a @ b: linear in the bias and in a or b
+    return sum(carriers) <= 1
+
+
+def _flat(value):
+    if torch.is_tensor(value):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in _flat(item)]
+    return []
+
+
 def _forward_ad_level():
     """The dual level ``torch.autograd.forward_ad`` is in (-1: none)."""
     return _FORWARD_AD._current_level
@@ -137,6 +193,21 @@ class Provenance:
         self.found = collections.Counter()
         self.runs = self.runs_unread = 0
         self.in_transform = 0                   # > 0 inside a ``torch.func`` transform (set by the tape)
+        # Per torch function call the tape's function mode is in (innermost last): whether the call is differentiated
+        # by the transform or dual level it runs in (``differentiating``; None: neither is active).
+        self.calls = []
+        # Forward mode: the duals made (tensor id -> dual), and per tangent's storage id the duals whose seeded
+        # tangents it carries; a tangent op may read primal values of those duals only (``_forward_op``).
+        self.duals = {}
+        self.tangent_of = {}
+        # Values computed from the engine's products (its gradients, forward mode's tangents): by ops linear in them
+        # (a copy, a view, a sum over passes, a scale), or by a nonlinear step (``g * g``, ``g ** 2``, ``exp(g)``):
+        # autograd then differentiated another function and the rest was worked out by hand (adv-00-04-r8 F2).
+        self.engine_linear = set()
+        self.reworked = set()
+        # The engine's products as the last op that wrote them left them (storage id -> (storage, bytes view, bytes)):
+        # one changed where no op runs (through ``numpy()``'s view, ``g.numpy()[:] = 0.75 * g.numpy() ** 2``) is reworked.
+        self.engine_bytes = {}
         self.engine_tangents = set()            # storage ids of tangents ``unpack_dual`` returned
         self.engine_products = set()            # storage ids the engine's backward ops wrote
         self.cut = {}                           # tensor id -> tensor: aliases of recorded values autograd cut off
@@ -168,9 +239,15 @@ class Provenance:
             self.seen.add(key)
 
     # forward: called for every op outside the engine's backward
-    def forward(self, name, inputs, outputs, grad_on):
+    def forward(self, name, inputs, outputs, grad_on, args=None):
         self._read_after(inputs, outputs)
+        # An in-place op writes its first argument, whether or not it returns it (``_foreach_mul_`` returns nothing).
+        written = outputs if outputs or not (name.endswith("_") and args) else _flat(args[0])
+        self._rework(name, inputs, written, args)
         self._follow(name, inputs, outputs, grad_on)
+        for tensor in written:                  # an op wrote it where the ledger sees: its new bytes are known
+            if _key(tensor)[0] in self.engine_bytes:
+                self._snapshot(tensor)
         if not self.in_transform:
             # What an op computed from a known value is that value's (the ledger followed it, or it is a copy of
             # the engine's product); what it made from nothing known is judged by its contents.
@@ -178,6 +255,25 @@ class Provenance:
                                                  or key in self.engine_tangents for key in map(_key_of, inputs))
             for tensor in outputs:
                 self._sight(tensor, written_by_op=True, uninitialised=made)
+
+    def _engine_valued(self, tensor):
+        key = _key(tensor)[0]
+        return key is not None and key not in self.derived and (
+            key in self.engine_products or key in self.engine_tangents or key in self.engine_linear)
+
+    def _rework(self, name, inputs, outputs, args):
+        """Values computed from the engine's products: linear in them, or reworked by a nonlinear step."""
+        keys = [_key(t)[0] for t in outputs]
+        if any(_key(t)[0] in self.reworked for t in inputs):
+            self.reworked.update(k for k in keys if k is not None)
+            return
+        engine = [t for t in inputs if self._engine_valued(t)]
+        if not engine or name in _METADATA:
+            return
+        if _linear_in_engine(name, args, self._engine_valued):
+            self.engine_linear.update(k for k in keys if k is not None and k not in self.engine_products)
+        else:
+            self.reworked.update(k for k in keys if k is not None)
 
     def _follow(self, name, inputs, outputs, grad_on):
         keys = [_key(t) for t in outputs]
@@ -196,10 +292,12 @@ class Provenance:
             return
         in_keys = [_key(t)[0] for t in inputs]
         from_derived = any(k in self.derived for k in in_keys) or any(t._cdata in self.cut for t in inputs)
-        # Inside a torch.func transform the tensors seen here are unwrapped and never require
-        # grad: what the transform records cannot be told apart, so all of it counts as recorded.
-        recorded = (self.in_transform or (grad_on and any(t.requires_grad for t in inputs))
-                    or _forward_ad_level() >= 0 and any(k in self.inputs or k in self.tracked for k in in_keys))
+        # Inside a torch.func transform the tensors seen here are unwrapped and never require grad, and forward
+        # mode's duals share their primal's memory: whether the torch call that dispatched the op was
+        # differentiated is asked where the answer made it (``differentiating``, the tape's function mode).
+        recorded = (grad_on and any(t.requires_grad for t in inputs)) or (
+            (self.in_transform or _forward_ad_level() >= 0) and bool(self.calls) and self.calls[-1] is True)
+        self._forward_op(inputs, in_keys, keys, from_derived)
         if recorded:
             for tensor, key in zip(inputs, in_keys):
                 if tensor.requires_grad or self.in_transform:
@@ -242,6 +340,8 @@ class Provenance:
     def reading(self, tensors):
         """Before an op runs (the tape calls it): what it reads that changed since the ledger last looked."""
         self.reads_before_ops = True
+        for tensor in tensors:
+            self._engine_unchanged(tensor)
         if not self.in_transform:
             for tensor in tensors:
                 self._sight(tensor, written_by_op=False)
@@ -427,7 +527,9 @@ class Provenance:
             key = _key(tensor)[0]
             self.seen.add(key)
             self.tracked.pop(key, None)
+            self.reworked.discard(key)
             self.engine_products.add(key)
+            self._snapshot(tensor)
             if tainted:                         # ... computed with a laundered derivative (an optimizer may step on it)
                 self.tainted.add(key)
 
@@ -454,16 +556,39 @@ class Provenance:
                 return True
         return False
 
+    def _snapshot(self, tensor):
+        key, storage = _key(tensor)
+        if key is None or not _readable(storage):
+            return
+        with torch._C._DisableTorchDispatch():
+            view = _bytes_of(storage)
+            self.engine_bytes[key] = (storage, view, view.clone())
+
+    def _engine_unchanged(self, tensor):
+        """An engine product whose bytes changed since the op that last wrote them: written outside torch."""
+        key = _key(tensor)[0]
+        known = self.engine_bytes.get(key)
+        if known is None:
+            return
+        with torch._C._DisableTorchDispatch():
+            if known[1].numel() == known[0].nbytes() and torch.equal(known[1], known[2]):
+                return
+        self.reworked.add(key)
+        self._snapshot(tensor)
+
     def returned(self, tensors):
         for tensor in tensors:
+            self._engine_unchanged(tensor)
             if self._from_input(tensor):
                 self.found["output"] += 1
             elif self._other_leaves(tensor):
                 self.found["other_leaf"] += 1
+            elif _key(tensor)[0] in self.reworked:
+                self.found["reworked"] += 1
 
     # origins: which leaves (and non-leaves) holding the input's values a value was computed from
     def _origins_of(self, tensor):
-        if tensor._cdata in self.leaves or tensor._cdata in self.holders:
+        if tensor._cdata in self.leaves or tensor._cdata in self.holders or tensor._cdata in self.duals:
             return frozenset((tensor._cdata,))
         found = self.origins.get(("tensor", tensor._cdata)) or self.origins.get(_key(tensor)[0])
         return found[0] if found else frozenset()
@@ -547,6 +672,8 @@ class Provenance:
         if leaf is not None:
             return bool(self._roots(origins, leaf._cdata))
         arguments = {argument._cdata for argument in self.arguments}
+        if key in self.engine_tangents:     # a tangent's duals are judged op by op (``_forward_op``)
+            arguments |= set(self.duals)
         return bool(self._roots(origins) - arguments)
 
     def _from_input(self, tensor):
@@ -559,6 +686,67 @@ class Provenance:
         """``make_dual(primal, tangent)``: a tangent computed from the input is the derivative typed by hand."""
         if torch.is_tensor(tangent) and (self._laundered(tangent, as_weight=False) or self._from_input(tangent)):
             self.found["gradient"] += 1
+
+    def made_dual(self, dual, tangent):
+        """``make_dual`` returned ``dual`` for ``tangent``: an origin of its own, as a leaf is for backward."""
+        if not torch.is_tensor(dual) or not torch.is_tensor(tangent):
+            return
+        self.duals[dual._cdata] = dual
+        own = frozenset((dual._cdata,))
+        self._carry([_key(tangent)], own)
+        with torch._C._DisableTorchDispatch():      # forward mode may hold a copy of it (a view of a larger tensor)
+            held = _FORWARD_AD.unpack_dual(dual).tangent
+        key, storage = _key(held) if torch.is_tensor(held) else (None, None)
+        if key is not None:
+            self.tangent_of[key] = (own, storage)   # that copy carries this dual's tangent alone
+
+    def _carry(self, keys, duals):
+        """Tangents' storages (kept alive, so that their ids stay theirs) and the duals each carries."""
+        for key, storage in keys:
+            if key is not None:
+                self.tangent_of[key] = (self.tangent_of.get(key, (frozenset(),))[0] | duals, storage)
+
+    def _forward_op(self, inputs, in_keys, keys, from_derived):
+        """An op on a tangent is forward mode's own arithmetic (the tangent formula of the op the answer called).
+
+        It may read the tangents and the primal values computed from their own duals; a value made from the input
+        outside forward mode is a weight typed by hand (adv-00-04-r8 F1), and one computed from a second dual of
+        the input (``d * (3 * z * z)``, z's tangent zero) is that dual's derivative taken for d's, as a second leaf
+        is in backward.
+        """
+        carried = frozenset().union(*(self.tangent_of[k][0] for k in in_keys if k in self.tangent_of))
+        if not carried:
+            return
+        if from_derived:
+            self.found["forward_weight"] += 1
+        for tensor, key in zip(inputs, in_keys):
+            if key not in self.tangent_of and (set(self._roots(self._origins_of(tensor))) & set(self.duals)) - carried:
+                self.found["other_dual"] += 1
+        self._carry(keys, carried)
+
+    def differentiating(self, arguments):
+        """Whether a torch call's arguments (``arguments()``: its tensors) are differentiated where it runs.
+
+        ``None`` outside a transform and a dual level.  In forward mode, an argument that carries a tangent at the current level (a
+        dual); in a ``torch.func`` gradient transform, a wrapped argument that requires grad there, grad mode
+        on.  A value computed in a dual level from tensors that carry none (``3 * x ** 2`` next to
+        ``make_dual(x, ones)``, the dual's ``primal``, ``d.detach()``) is a constant to forward mode, as a
+        detached value is to backward (adv-00-04-r8 F1).
+        """
+        transform = _functorch_level() is not None
+        if not transform and _forward_ad_level() < 0:
+            return None
+        grad_on = torch.is_grad_enabled()
+        with torch._C._DisableTorchDispatch():
+            for tensor in arguments():
+                if transform and grad_on and _is_wrapped(tensor) and tensor.requires_grad:
+                    return True
+                try:
+                    if _FORWARD_AD.unpack_dual(tensor).tangent is not None:
+                        return True
+                except RuntimeError:    # below autograd (a custom Function's forward): nothing is differentiated
+                    continue
+        return False
 
     def hooked(self, tensor):
         """A gradient hook on a value computed from the input: it rewrites the derivative autograd computes."""
