@@ -166,8 +166,9 @@ def has_unpack_hook(raw):
     before: there a checkpointed graph is only safe to draw with ``show_saved=False``
     and no stale check.
     """
-    raws = raw if isinstance(raw, (list, tuple)) else [raw]
-    return any(getattr(r, "unpack_hook", None) is not None for r in raws)
+    if isinstance(raw, (list, tuple)):
+        return any(getattr(r, "unpack_hook", None) is not None for r in raw)
+    return getattr(raw, "unpack_hook", None) is not None   # the common case, without a generator
 
 
 def can_tell_hooks():
@@ -237,7 +238,16 @@ def _unreadable(name, error):
 
 
 def _read_saved(fn, name, read_hooked=False):
-    hooked, segment = _hook_kind(fn, name)
+    # The common case inline (a raw saved tensor without an unpack hook): _hook_kind's
+    # calls were a third of the walk's time on GPT-2 (issue 24's benchmark).
+    try:
+        raw = getattr(fn, "_raw_saved_" + name)
+    except Exception:  # noqa: BLE001 - freed or unreadable: _hook_kind and the getter below say which
+        raw = None
+    if raw is not None and not isinstance(raw, (list, tuple)) and getattr(raw, "unpack_hook", None) is None:
+        hooked, segment = False, None
+    else:
+        hooked, segment = _hook_kind(fn, name)
     if segment is not None:   # never read, not even for show_saved: it would rerun the segment
         return Saved(name, None, None, True, "checkpointed", segment=segment)
     if not read_hooked and hooked:
