@@ -117,3 +117,39 @@ def test_the_checks_take_a_thread_running_code_outside_the_site_folders_for_the_
     finally:
         module.stop.set()
         thread.join()
+
+
+def test_the_doctor_requires_what_the_student_build_installs_and_no_test_tool(monkeypatch, capsys):
+    # Audit 00-r6 item 4: the doctor counted nbval as required, the student build's requirements.txt
+    # lacks it (a test tool), and the fix it gave (`make setup`) does not exist there.
+    from autograd_lab.grading import release
+
+    checked = {f.name: f.required for f in doctor.run_checks(quick=True)}
+    required = {name for name in checked if checked[name]} & ({"torch"} | set(doctor.STUDENT_PACKAGES))
+    assert required == {"torch", *doctor.STUDENT_PACKAGES} and checked["nbval"] is False
+    student = {line.split("==")[0] for line in release.student_requirements().splitlines()}
+    assert required <= student, required - student
+    assert "nbval" not in student
+    real = doctor._version
+    monkeypatch.setattr(doctor, "_version", lambda name: None if name == "nbval" else real(name))
+    monkeypatch.setattr(doctor, "check_dot", lambda: doctor.Finding("graphviz dot", True, "dot"))
+    assert doctor.main() == 0      # a student without nbval is ready
+    out = capsys.readouterr().out
+    assert "--  nbval          not installed" in out and "Ready for the course." in out
+
+
+def test_a_missing_package_in_a_student_build_names_its_requirements_txt(monkeypatch):
+    monkeypatch.setattr(doctor, "in_repository", lambda: False)
+    finding = doctor.check_package("surely-not-installed-package", "Something")
+    assert "pip install -r requirements.txt" in finding.fix and "make setup" not in finding.fix
+
+
+def test_the_repository_is_recognised_and_a_student_build_is_not(tmp_path):
+    from autograd_lab.grading import release
+
+    assert doctor.in_repository()
+    build = release.build(tmp_path / "student")
+    code = "from autograd_lab.course import doctor; print(doctor.in_repository(), doctor.install_hint())"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            cwd=build, env={**__import__("os").environ, "PYTHONPATH": build})
+    assert result.stdout.startswith("False run `pip install -r requirements.txt`"), result.stdout + result.stderr

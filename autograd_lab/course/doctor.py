@@ -38,10 +38,40 @@ def check_python():
                    fix="Install Python 3.10 or newer, then run `make lab` again.")
 
 
-def check_package(distribution, why):
+# What a student's notebooks need, beside torch: the student build's requirements.txt installs these
+# (``grading.release._STUDENT_REQUIREMENTS``; tests/test_doctor.py keeps the two in step).
+STUDENT_PACKAGES = ("jupyterlab", "ipykernel", "graphviz")
+# Only the developers' notebook tests use these (`make test`); the student build does not install them.
+DEVELOPER_PACKAGES = ("nbval",)
+
+
+def in_repository():
+    """True in a checkout of the repository (it has ``make setup``); False in a student build, which has neither
+    a Makefile nor a pyproject.toml, only ``requirements.txt``."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.path.isfile(os.path.join(root, "pyproject.toml"))
+
+
+def install_hint():
+    """How to install the course's packages here: `make setup` in the repository, requirements.txt in a student build."""
+    if in_repository():
+        return "run `make setup` (or `pip install -e .`)"
+    return "run `pip install -r requirements.txt` in this folder's virtual environment"
+
+
+def check_package(distribution, why, required=True):
     version = _version(distribution)
     return Finding(distribution, version is not None, version or "not installed",
-                   fix=f"{why} is missing: run `make setup` (or `pip install -e .`).")
+                   fix=f"{why} is missing: {install_hint()}.", required=required)
+
+
+def check_developer_package(distribution):
+    """A package only the notebook tests need: information, never a problem for a student."""
+    version = _version(distribution)
+    return Finding(distribution, version is not None, version or "not installed",
+                   fix=(f"Nothing to do for the course: {distribution} only runs the notebook tests "
+                        "(`make test` in the repository, whose `make setup` installs it)."),
+                   required=False)
 
 
 def check_dot():
@@ -140,7 +170,8 @@ def run_checks(quick=False):
     findings = [check_python(), check_package("torch", "PyTorch")]
     if findings[1].ok:
         findings.append(check_torch_range())
-    findings += [check_package(name, name) for name in ("jupyterlab", "nbval", "ipykernel", "graphviz")]
+    findings += [check_package(name, name) for name in STUDENT_PACKAGES]
+    findings += [check_developer_package(name) for name in DEVELOPER_PACKAGES]
     findings.append(check_dot())
     if findings[1].ok and not quick:
         findings += [check_cuda(), check_cpu_amp(), check_kernel_files()]
