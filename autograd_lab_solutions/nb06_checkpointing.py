@@ -52,6 +52,17 @@ def _by_lab_measurement(n):
     return min(counts, key=lambda s: (counts[s], s))
 
 
+def _by_step_moments(n):
+    """Adversarial round 11 (adv-05-08-r10 finding 3, a06_pk): the lab's ``step_moments`` walk of ``uniform(n, s)``
+    counts what the last forward moment keeps, for each divisor."""
+    from autograd_lab.labs.step_memory import step_moments, uniform
+
+    def kept(s):
+        moment = [m for m in step_moments(uniform(n, s), 1, 1) if m.node is None][-1]
+        return moment.terms.get("kept by checkpoints", 0) + moment.terms.get("saved by the last segment", 0)
+    return min((s for s in range(1, n + 1) if n % s == 0), key=lambda s: (kept(s), s))
+
+
 def _any_segment_count(n):
     """The formula minimised over every s, divisor or not (with n / s as a float)."""
     return min(range(1, n + 1), key=lambda s: (s - 1) + n / s + 1)
@@ -66,15 +77,17 @@ register(Exercise(
     points=1,
     # The notebook imports the lab's count and prints its table: the count is the student's (adv-05-08-r8, 3).
     # Nor its measurement helpers (adv-05-08-r9, finding 2): `forward_saved` + `activations_kept` on a throwaway model
-    # count for each divisor, the lab's code doing the counting the prompt asks for.
+    # count for each divisor, the lab's code doing the counting the prompt asks for; so does `step_moments`
+    # (adv-05-08-r10 finding 3).  The name states no formula: it is the answer (06-r13, adv-05-08-r10 note 4).
     method=no_library("code:autograd_lab.labs.recompute:predicted_saved",
                       "code:autograd_lab.labs.recompute:forward_saved",
                       "code:autograd_lab.labs.recompute:activations_kept",
                       "code:autograd_lab.labs.recompute:measure_segments",
                       "code:autograd_lab.labs.memory:saved_tensors",
-                      name="your own count of (s - 1) + n/s + 1 (not the lab's `predicted_saved`, nor its "
-                           "measurement helpers `forward_saved`, `activations_kept`, `measure_segments`, "
-                           "`saved_tensors`)"),
+                      "code:autograd_lab.labs.step_memory:step_moments",
+                      name="your own count (not the lab's `predicted_saved`, nor its measurement helpers "
+                           "`forward_saved`, `activations_kept`, `measure_segments`, `saved_tensors`, "
+                           "`step_moments`)"),
     hints=(
         "Only segment counts that divide n give uniform segments: which s are allowed for n = 12?",
         "For one allowed s, what does each checkpointed segment keep after the forward pass, and what does the "
@@ -105,6 +118,8 @@ register(Exercise(
                     note="adversary round 9 (a06_r5): the lab's predicted_saved does the count, right on every case"),
         WrongAnswer(_by_lab_measurement, expect="used_library",
                     note="adversary round 10 (a06_rt): forward_saved + activations_kept measure each divisor"),
+        WrongAnswer(_by_step_moments, expect="used_library",
+                    note="adversary round 11 (a06_pk): the lab's step_moments walk counts each divisor"),
     ),
 ))
 

@@ -1263,8 +1263,18 @@ def test_round10_helpers_are_known_by_their_whole_command_only():
                                          "**{'main_path': '/tmp/worker.py'})")
     posing = [[sys.executable, "-c", "from multiprocessing.resource_tracker import main;main(0); import time"],
               [sys.executable, "-c", "from multiprocessing.resource_tracker import main;main(0)", "extra"],
-              [sys.executable, "-c", tape._WATCHER]]
+              [sys.executable, "-c", tape._WATCHER],
+              # round 11 (adv-05-08-r10 finding 1): code glued to a first -c runs; the helper's -c after it does not
+              [sys.executable, "-cimport sys; sys.stdin.read()", "-c",
+               "from multiprocessing.resource_tracker import main;main(0)"],
+              [sys.executable, "-mpdb", "-c", "from multiprocessing.resource_tracker import main;main(0)"]]
     processes = [subprocess.Popen(argv, stdin=subprocess.PIPE, stderr=subprocess.DEVNULL) for argv in posing]
+    # the exact command with a startup path of its own (a sitecustomize.py there runs first)
+    import os
+    posing.append(None)
+    processes.append(subprocess.Popen([sys.executable, "-c", "from multiprocessing.resource_tracker import main;main(0)"],
+                                      stdin=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                      env=dict(os.environ, PYTHONPATH="/tmp/elsewhere")))
     try:
         assert len(tape._processes_at_work()) == len(posing)
     finally:

@@ -879,20 +879,65 @@ _WATCHER = "import os, shutil, sys; os.read(0, 1); shutil.rmtree(sys.argv[1], ig
 
 
 def _started_as_helper(pid):
-    """Whether the process runs, whole, the command of multiprocessing's resource tracker or forkserver, or of the
-    course's folder watcher (``python [flags] -c COMMAND [folder]``)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-            words = [w.decode(errors="replace") for w in cmdline.read().split(b"\0")[:-1]]
-    except OSError:
-        return False
-    at = words.index("-c", 1) if "-c" in words[1:] else None
-    if at is None or at + 1 >= len(words) or not all(flag.startswith("-") for flag in words[1:at]):
+    """Whether the process is this Python running, whole, the command of multiprocessing's resource tracker or
+    forkserver, or of the course's folder watcher (``python [flags] -c COMMAND [folder]``), with nothing that
+    could run other code first: the interpreter's flags only, no ``-c`` glued to code, no module of the same name
+    in its folder, the environment the checker was imported with (round 11, adv-05-08-r10 finding 1)."""
+    words = _command_words(pid)
+    at = _helper_command_at(words)
+    if at is None or not _started_like_this_process(pid):
         return False
     command, rest = words[at + 1], words[at + 2:]
     if command == _WATCHER:
         return len(rest) == 1
     return not rest and (_TRACKER.fullmatch(command) is not None or _a_course_forkserver(command))
+
+
+def _command_words(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return [w.decode(errors="replace") for w in cmdline.read().split(b"\0")[:-1]]
+    except OSError:
+        return []
+
+
+# The flags multiprocessing passes on (``subprocess._args_from_interpreter_flags``): letters, or -W/-X and a value.
+_FLAG = re.compile(r"-[bBdEIOqsSuvR]+")
+
+
+def _helper_command_at(words):
+    """The index of ``-c`` in ``[this python, flags..., -c, command, ...]``, else None."""
+    if not words or os.path.realpath(words[0]) != os.path.realpath(sys.executable):
+        return None
+    at = 1
+    while at < len(words) and words[at] != "-c":
+        if _FLAG.fullmatch(words[at]):
+            at += 1
+        elif words[at] in ("-W", "-X") and at + 1 < len(words):
+            at += 2
+        else:
+            return None
+    return at if at + 1 < len(words) else None
+
+
+# What could make a helper's command run other code before it: a startup path, or a module named like the
+# command's own in the folder ``-c`` puts first on ``sys.path``.
+_STARTUP_VARIABLES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONPLATLIBDIR")
+_STARTUP_AT_IMPORT = {name: os.environ.get(name) for name in _STARTUP_VARIABLES}
+
+
+def _started_like_this_process(pid):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as environ:
+            pairs = dict(item.split(b"=", 1) for item in environ.read().split(b"\0") if b"=" in item)
+        folder = os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return False
+    for name in _STARTUP_VARIABLES:
+        value = pairs.get(name.encode())
+        if (value.decode(errors="replace") if value is not None else None) != _STARTUP_AT_IMPORT[name]:
+            return False
+    return not any(os.path.exists(os.path.join(folder, name)) for name in ("multiprocessing", "multiprocessing.py"))
 
 
 def _a_course_forkserver(command):
