@@ -347,3 +347,18 @@ def test_every_misconception_reaches_the_release_as_data(build):
             assert [m["tag"] for m in spec["misconceptions"]] == [m.tag for m in exercise.misconceptions]
             for item in spec["misconceptions"]:
                 assert item["form"] == "claims" or item["prints"], (exercise.id, item["tag"])
+
+
+def test_the_doctor_tells_the_repository_from_a_student_build(build):
+    """In a student build the doctor's fix lines name requirements.txt, not `make setup` (audit 00-r6 item 4).
+    Here, beside the module's release, since building one takes most of a minute."""
+    import subprocess
+    import sys
+
+    from autograd_lab.course import doctor
+
+    assert doctor.in_repository()
+    code = "from autograd_lab.course import doctor; print(doctor.in_repository(), doctor.install_hint())"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            cwd=build, env={**os.environ, "PYTHONPATH": str(build)})
+    assert result.stdout.startswith("False run `pip install -r requirements.txt`"), result.stdout + result.stderr
